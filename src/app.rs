@@ -1,0 +1,254 @@
+//! What an "app" is: its resolved executable plus the arguments that select the program it
+//! runs. For interpreters (python, perl, ruby, node, shells, java) that is the script, module,
+//! inline code or jar; other programs are keyed by their executable alone, so the same
+//! application launched on different documents shares one plan.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppKey {
+    /// The key as stored and shown.
+    pub key: String,
+    pub exe: PathBuf,
+    /// The program-selecting arguments (empty for plain executables).
+    pub selector: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interp {
+    Python,
+    Perl,
+    Ruby,
+    Node,
+    Shell,
+    Java,
+}
+
+fn interpreter(name: &str) -> Option<Interp> {
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    Some(match base {
+        "python" | "pypy" => Interp::Python,
+        "perl" => Interp::Perl,
+        "ruby" => Interp::Ruby,
+        "node" | "nodejs" => Interp::Node,
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" => Interp::Shell,
+        "java" => Interp::Java,
+        _ => return None,
+    })
+}
+
+/// Options that consume the next argument, per interpreter.
+fn takes_value(i: Interp, opt: &str) -> bool {
+    match i {
+        Interp::Python => matches!(opt, "-W" | "-X" | "--check-hash-based-pycs"),
+        Interp::Perl | Interp::Ruby => matches!(opt, "-I" | "-M" | "-r"),
+        Interp::Node => matches!(opt, "-r" | "--require" | "--import" | "--loader"),
+        Interp::Shell => matches!(opt, "-o" | "+o" | "-O" | "+O"),
+        Interp::Java => matches!(
+            opt,
+            "-cp"
+                | "-classpath"
+                | "--class-path"
+                | "-p"
+                | "--module-path"
+                | "--add-modules"
+                | "--add-opens"
+                | "--add-exports"
+                | "--enable-native-access"
+                | "--source"
+        ),
+    }
+}
+
+/// Options whose value is the program itself.
+fn program_option(i: Interp, opt: &str) -> bool {
+    match i {
+        Interp::Python => matches!(opt, "-c" | "-m"),
+        Interp::Perl | Interp::Ruby => matches!(opt, "-e" | "-E"),
+        Interp::Node => matches!(opt, "-e" | "--eval" | "-p" | "--print"),
+        Interp::Shell => opt == "-c",
+        Interp::Java => matches!(opt, "-jar" | "-m" | "--module"),
+    }
+}
+
+fn canonical_arg(a: &str) -> String {
+    std::fs::canonicalize(a)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| a.to_string())
+}
+
+fn selector(i: Interp, args: &[String]) -> Vec<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if program_option(i, a) {
+            let v = it.next().cloned().unwrap_or_default();
+            let v = if a == "-jar" { canonical_arg(&v) } else { v };
+            return vec![a.clone(), v];
+        }
+        if takes_value(i, a) {
+            it.next();
+            continue;
+        }
+        if a == "--" {
+            return it
+                .next()
+                .map(|s| vec![canonical_arg(s)])
+                .unwrap_or_default();
+        }
+        if a.starts_with('-') && a.len() > 1 {
+            continue;
+        }
+        return vec![canonical_arg(a)];
+    }
+    Vec::new()
+}
+
+fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+impl AppKey {
+    /// The key of `argv` (argv[0] already resolved to `exe`).
+    pub fn for_command(exe: &Path, argv: &[OsString]) -> AppKey {
+        let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+        let args: Vec<String> = argv
+            .iter()
+            .skip(1)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        // A symlink named like an interpreter (python3 -> python3.11) counts too.
+        let invoked = argv
+            .first()
+            .map(|a| {
+                Path::new(a)
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .unwrap_or_default();
+        let canon = exe
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let sel = interpreter(&canon)
+            .or_else(|| interpreter(&invoked))
+            .map(|i| selector(i, &args))
+            .unwrap_or_default();
+        let mut key = exe.display().to_string();
+        for s in &sel {
+            key.push(' ');
+            key.push_str(&quote(s));
+        }
+        AppKey {
+            key,
+            exe,
+            selector: sel,
+        }
+    }
+
+    /// A user-chosen name instead of the derived key.
+    pub fn named(name: &str, exe: &Path) -> AppKey {
+        AppKey {
+            key: name.to_string(),
+            exe: exe.to_path_buf(),
+            selector: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(exe: &str, args: &[&str]) -> String {
+        let argv: Vec<OsString> = std::iter::once(exe)
+            .chain(args.iter().copied())
+            .map(Into::into)
+            .collect();
+        AppKey::for_command(Path::new(exe), &argv).key
+    }
+
+    #[test]
+    fn interpreters_are_keyed_by_their_program() {
+        assert_eq!(
+            key("/nonexistent/python3", &["-X", "dev", "-c", "import json"]),
+            "/nonexistent/python3 -c 'import json'"
+        );
+        assert_eq!(
+            key("/nonexistent/python3.11", &["-m", "http.server", "8000"]),
+            "/nonexistent/python3.11 -m http.server"
+        );
+        assert_eq!(
+            key("/nonexistent/python3", &["-u", "/nonexistent/a.py", "x"]),
+            "/nonexistent/python3 /nonexistent/a.py"
+        );
+        assert_ne!(
+            key("/nonexistent/python3", &["/x/a.py"]),
+            key("/nonexistent/python3", &["/x/b.py"])
+        );
+        assert_eq!(
+            key("/nonexistent/bash", &["-c", "echo hi"]),
+            "/nonexistent/bash -c 'echo hi'"
+        );
+        assert_eq!(
+            key(
+                "/nonexistent/java",
+                &["-cp", "lib", "-jar", "/nonexistent/app.jar", "arg"]
+            ),
+            "/nonexistent/java -jar /nonexistent/app.jar"
+        );
+        assert_eq!(
+            key("/nonexistent/java", &["Hello.java"]),
+            "/nonexistent/java Hello.java"
+        );
+        assert_eq!(
+            key("/nonexistent/node", &["--inspect", "srv.js"]),
+            "/nonexistent/node srv.js"
+        );
+        assert_eq!(
+            key("/nonexistent/perl", &["-e", "print 1"]),
+            "/nonexistent/perl -e 'print 1'"
+        );
+    }
+
+    #[test]
+    fn plain_programs_are_keyed_by_executable() {
+        assert_eq!(
+            key(
+                "/nonexistent/soffice",
+                &["--headless", "--convert-to", "pdf", "a.txt"]
+            ),
+            "/nonexistent/soffice"
+        );
+        assert_eq!(
+            key("/nonexistent/pythonic-tool", &["x"]),
+            "/nonexistent/pythonic-tool"
+        );
+    }
+
+    #[test]
+    fn interpreter_without_program_is_the_bare_interpreter() {
+        assert_eq!(key("/nonexistent/python3", &[]), "/nonexistent/python3");
+        assert_eq!(key("/nonexistent/python3", &["-q"]), "/nonexistent/python3");
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(quote("/usr/lib/x.py"), "/usr/lib/x.py");
+        assert_eq!(quote(""), "''");
+    }
+}

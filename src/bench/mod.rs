@@ -1,0 +1,91 @@
+//! Stage 8, bench: measuring launches. Scenarios (cold, warm, warmstart, ...) are interleaved
+//! round by round so drift hits all of them alike; results are medians with their spread, and
+//! the gap closed `(cold - t) / (cold - warm)` (FAST and Paralfetch's yardstick).
+
+pub mod stats;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::sys::{self, Exit, Usage};
+
+/// One timed launch.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    pub scenario: String,
+    pub round: u32,
+    pub ms: f64,
+    pub major_faults: u64,
+    #[serde(skip)]
+    pub exit: Option<Exit>,
+}
+
+/// Run `argv` to completion with output discarded; wall time from spawn to exit.
+pub fn time_command(argv: &[OsString]) -> std::io::Result<(f64, Exit, Usage)> {
+    let (first, rest) = argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"))?;
+    let t0 = Instant::now();
+    let child = Command::new(first)
+        .args(rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let (_, exit, usage) = sys::wait4(child.id() as i32, false)?
+        .ok_or_else(|| std::io::Error::other("wait4 returned nothing"))?;
+    Ok((t0.elapsed().as_secs_f64() * 1e3, exit, usage))
+}
+
+/// Drop the page cache (cold scenario preparation).
+pub fn make_cold() -> std::io::Result<()> {
+    sys::drop_caches()
+}
+
+/// The demo's default workload: import (nearly) every module of Python's standard library,
+/// a launch that reads hundreds of files and directories, present on any machine with python3.
+pub const STDLIB_IMPORT_PY: &str = r#"# warmstart demo workload: import the Python standard library, as a big app starts.
+import importlib, pkgutil, sys
+SKIP = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "__phello__",
+        "_tkinter", "test", "lib2to3", "ensurepip", "venv", "pydoc_data"}
+n = 0
+def load(name):
+    global n
+    try:
+        m = importlib.import_module(name)
+        n += 1
+        return m
+    except BaseException:
+        return None
+for name in sorted(getattr(sys, "stdlib_module_names", ())):
+    if name in SKIP:
+        continue
+    mod = load(name)
+    for info in pkgutil.walk_packages(getattr(mod, "__path__", None) or [], name + "."):
+        leaf = info.name.rsplit(".", 1)[-1]
+        if leaf in ("__main__", "test", "tests") or ".test" in info.name or "idle_test" in info.name:
+            continue
+        load(info.name)
+print(n, "modules imported")
+"#;
+
+/// Write the demo workload next to the database and return the command that runs it.
+pub fn default_demo_command(state_dir: &Path) -> std::io::Result<Vec<OsString>> {
+    let dir = state_dir.join("demo");
+    std::fs::create_dir_all(&dir)?;
+    let script = dir.join("stdlib_import.py");
+    if std::fs::read_to_string(&script).ok().as_deref() != Some(STDLIB_IMPORT_PY) {
+        std::fs::write(&script, STDLIB_IMPORT_PY)?;
+    }
+    // Prefer the system interpreter: a version manager's shim adds its own noise.
+    let py = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .iter()
+        .find(|p| Path::new(p).exists())
+        .map(OsString::from)
+        .unwrap_or_else(|| "python3".into());
+    Ok(vec![py, script.into_os_string()])
+}

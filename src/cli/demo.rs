@@ -1,0 +1,146 @@
+//! `warmstart demo [-- CMD...]`: learn a workload, then time cold, warm and warmstart launches
+//! interleaved round by round, and print medians, spread and the gap closed.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::record::{interrupt_flag, print_learned};
+use super::{code, fail, require_root, DemoArgs};
+use crate::app::AppKey;
+use crate::bench::stats::{gap_closed, Spread};
+use crate::bench::{default_demo_command, make_cold, time_command};
+use crate::launch::resolve_command;
+use crate::learn::{learn, LearnOptions};
+use crate::store::Store;
+
+const SCENARIOS: [&str; 3] = ["cold", "warm", "warmstart"];
+
+pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
+    require_root("demo")?;
+    let state_dir = db.parent().unwrap_or(Path::new("."));
+    let command: Vec<OsString> = if a.command.is_empty() {
+        default_demo_command(state_dir)
+            .with_context(|| format!("writing the demo workload under {}", state_dir.display()))?
+    } else {
+        a.command.clone()
+    };
+    let exe = resolve_command(&command[0])?;
+    let key = AppKey::for_command(&exe, &command);
+    let mut store = Store::open(db)?;
+    let interrupt = interrupt_flag()?;
+    let say = |s: String| {
+        if !a.json {
+            eprintln!("{s}")
+        }
+    };
+    say(format!("learning {} ({} cold runs)...", key.key, a.runs));
+    let opts = LearnOptions {
+        runs: a.runs,
+        ..LearnOptions::default()
+    };
+    let learned = learn(
+        &mut store,
+        &key,
+        &exe,
+        &command,
+        &opts,
+        &interrupt,
+        &mut |_, _, _| {},
+    )
+    .with_context(|| format!("learning `{}`", key.key))?;
+    drop(store);
+    if !a.json {
+        print_learned(&key, &learned, false);
+    }
+    let me = std::env::current_exe().context("locating the warmstart binary")?;
+    let mut ws_cmd: Vec<OsString> = vec![
+        me.into(),
+        "--db".into(),
+        db.into(),
+        "-q".into(),
+        "run".into(),
+        "--".into(),
+    ];
+    ws_cmd.extend(command.iter().cloned());
+
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); SCENARIOS.len()];
+    for round in 1..=a.rounds {
+        for (i, scenario) in SCENARIOS.iter().enumerate() {
+            if interrupt.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+                return Err(fail(code::INTERRUPTED, "interrupted"));
+            }
+            let argv = match *scenario {
+                "cold" => {
+                    make_cold().context("dropping caches")?;
+                    &command
+                }
+                // Right after the cold launch everything it read is cached.
+                "warm" => &command,
+                _ => {
+                    make_cold().context("dropping caches")?;
+                    &ws_cmd
+                }
+            };
+            let (ms, exit, _) =
+                time_command(argv).with_context(|| format!("running the {scenario} launch"))?;
+            if !exit.success() {
+                return Err(fail(
+                    code::ERROR,
+                    format!("the {scenario} launch of round {round} ended with {exit}"),
+                ));
+            }
+            times[i].push(ms);
+        }
+        say(format!(
+            "round {round}/{}: cold {:.0} ms, warm {:.0} ms, warmstart {:.0} ms",
+            a.rounds,
+            times[0].last().copied().unwrap_or(0.0),
+            times[1].last().copied().unwrap_or(0.0),
+            times[2].last().copied().unwrap_or(0.0)
+        ));
+    }
+    let spreads: Vec<Spread> = times
+        .iter()
+        .map(|t| Spread::of(t).unwrap_or_default())
+        .collect();
+    let (cold, warm, ws) = (spreads[0].median, spreads[1].median, spreads[2].median);
+    let gap = gap_closed(cold, warm, ws);
+    if a.json {
+        let v = json!({
+            "app": key.key,
+            "rounds": a.rounds,
+            "cold_ms": cold,
+            "warm_ms": warm,
+            "warmstart_ms": ws,
+            "gap_closed": gap,
+            "samples": {"cold": times[0], "warm": times[1], "warmstart": times[2]},
+        });
+        println!("{v}");
+        return Ok(code::OK);
+    }
+    println!();
+    println!("{} rounds, interleaved; times in ms", a.rounds);
+    println!("| scenario  | median |    min |    max | vs cold |");
+    println!("|-----------|-------:|-------:|-------:|--------:|");
+    for (name, s) in SCENARIOS.iter().zip(&spreads) {
+        println!(
+            "| {:<9} | {:>6.0} | {:>6.0} | {:>6.0} | {:>6.2}x |",
+            name,
+            s.median,
+            s.min,
+            s.max,
+            if s.median > 0.0 { cold / s.median } else { 0.0 }
+        );
+    }
+    match gap {
+        Some(g) => println!(
+            "gap closed: {:.1}% of the cold-warm gap ((cold - warmstart) / (cold - warm))",
+            g * 100.0
+        ),
+        None => println!("gap closed: n/a (cold and warm launches took the same time)"),
+    }
+    Ok(code::OK)
+}

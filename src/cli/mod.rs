@@ -1,0 +1,359 @@
+//! The command line: clap definitions, logging setup, exit codes, and one handler module per
+//! command. The `warmstart` binary is just `std::process::exit(cli::main())`.
+
+mod demo;
+mod plan;
+mod record;
+mod run;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::launch::LaunchError;
+use crate::store::{StoreError, DEFAULT_DB};
+
+/// Exit codes (documented in the README). A wrapped command's own status passes through.
+pub mod code {
+    pub const OK: i32 = 0;
+    pub const ERROR: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const NOT_FOUND: i32 = 3;
+    pub const NEEDS_ROOT: i32 = 4;
+    pub const INTERRUPTED: i32 = 130;
+    pub const CANNOT_EXECUTE: i32 = 126;
+    pub const COMMAND_NOT_FOUND: i32 = 127;
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "warmstart",
+    version,
+    about = "Learn what an application reads while it starts, and prefetch it concurrently with the next launch.",
+    long_about = None,
+    after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 app or plan not found, 4 needs root, \
+                  126/127 command cannot run / not found, 130 interrupted; `run` passes the \
+                  command's own status through."
+)]
+pub struct Cli {
+    /// SQLite database holding apps, runs, plans and launch history.
+    #[arg(long, global = true, env = "WARMSTART_DB", default_value = DEFAULT_DB)]
+    pub db: PathBuf,
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only warnings and errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Learn an application's launch: trace N cold launches and build its prefetch plan (root).
+    Record(RecordArgs),
+    /// Launch an application with its plan prefetched concurrently (plain launch if no plan).
+    Run(RunArgs),
+    /// Inspect and remove plans.
+    #[command(subcommand)]
+    Plan(PlanCommand),
+    /// Record a workload, then time cold, warm and warmstart launches interleaved (root).
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Learning runs; only what every run read is kept (FAST's N_rawseq).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
+    /// Stop tracing a run after this many seconds without file access (FAST's T_idle).
+    #[arg(long, default_value = "2", value_parser = parse_secs)]
+    pub idle: Duration,
+    /// Stop tracing a run after this many seconds in any case (FAST's T_timeout).
+    #[arg(long, default_value = "30", value_parser = parse_secs)]
+    pub timeout: Duration,
+    /// Per-CPU trace ring buffer size in KiB; raise it if a recording reports lost events.
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u32).range(256..=1048576))]
+    pub buffer_kb: u32,
+    /// Learn from the current page cache instead of dropping it first.
+    #[arg(long)]
+    pub no_drop_caches: bool,
+    /// Store under this name instead of the key derived from the command.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Keep learning runs whose command exits with a non-zero status.
+    #[arg(long)]
+    pub allow_failure: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The command to learn, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Print what was prefetched, skipped and stale, and how long it took (on stderr).
+    #[arg(long)]
+    pub stats: bool,
+    /// With --stats: print them as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Prefetch worker threads.
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub jobs: u16,
+    /// Most MiB to prefetch (default: half of MemAvailable).
+    #[arg(long)]
+    pub mem_cap_mb: Option<u64>,
+    /// Use this app name instead of the key derived from the command.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// The command to launch, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PlanCommand {
+    /// List learned apps and their plans.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one app's plan: entries, bytes, files, metadata, unresolved and stale.
+    Show {
+        /// App key, or a unique part of it.
+        app: String,
+        #[arg(long)]
+        json: bool,
+        /// How many leading entries to print.
+        #[arg(long, default_value_t = 10)]
+        entries: usize,
+    },
+    /// Forget an app: its plan, runs and history.
+    Rm {
+        /// App key, or a unique part of it.
+        app: String,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Timed rounds; each round runs cold, warm and warmstart once.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Learning runs before measuring.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub runs: u32,
+    /// Print {"cold_ms","warm_ms","warmstart_ms","gap_closed"} (medians) as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Workload to measure (default: import Python's standard library).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        return Err(format!("`{s}`: seconds must be in (0, 86400]"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// A failure with a chosen exit code.
+#[derive(Debug, thiserror::Error)]
+#[error("{msg}")]
+pub struct Failure {
+    pub code: i32,
+    pub msg: String,
+}
+
+pub(crate) fn fail(code: i32, msg: impl Into<String>) -> anyhow::Error {
+    Failure {
+        code,
+        msg: msg.into(),
+    }
+    .into()
+}
+
+pub(crate) fn require_root(what: &str) -> anyhow::Result<()> {
+    if crate::sys::is_root() {
+        Ok(())
+    } else {
+        Err(fail(
+            code::NEEDS_ROOT,
+            format!(
+                "{what} needs root (it drops caches and uses kernel tracing); run it with sudo"
+            ),
+        ))
+    }
+}
+
+fn exit_code_of(e: &anyhow::Error) -> i32 {
+    for cause in e.chain() {
+        if let Some(f) = cause.downcast_ref::<Failure>() {
+            return f.code;
+        }
+        if let Some(s) = cause.downcast_ref::<StoreError>() {
+            if matches!(s, StoreError::NoSuchApp(_) | StoreError::Ambiguous { .. }) {
+                return code::NOT_FOUND;
+            }
+        }
+        if let Some(l) = cause.downcast_ref::<LaunchError>() {
+            return match l {
+                LaunchError::NotFound(_) => code::COMMAND_NOT_FOUND,
+                _ => code::CANNOT_EXECUTE,
+            };
+        }
+        // LearnError forwards TraceError transparently, so look inside it too.
+        let trace = cause.downcast_ref::<crate::trace::TraceError>().or(
+            match cause.downcast_ref::<crate::learn::LearnError>() {
+                Some(crate::learn::LearnError::Trace(t)) => Some(t),
+                _ => None,
+            },
+        );
+        match trace {
+            Some(crate::trace::TraceError::Interrupted(_)) => return code::INTERRUPTED,
+            Some(crate::trace::TraceError::Launch(LaunchError::NotFound(_))) => {
+                return code::COMMAND_NOT_FOUND
+            }
+            Some(crate::trace::TraceError::Launch(_)) => return code::CANNOT_EXECUTE,
+            _ => {}
+        }
+    }
+    code::ERROR
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let level = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARMSTART_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warmstart={level}")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Parse arguments, run the command, return the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                code::USAGE
+            } else {
+                code::OK
+            };
+        }
+    };
+    init_logging(cli.verbose, cli.quiet);
+    let result = match cli.command {
+        Command::Record(a) => record::cmd(&cli.db, a),
+        Command::Run(a) => run::cmd(&cli.db, a),
+        Command::Plan(p) => plan::cmd(&cli.db, p),
+        Command::Demo(a) => demo::cmd(&cli.db, a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("warmstart: {e:#}");
+            exit_code_of(&e)
+        }
+    }
+}
+
+/// "12.3 MiB"
+pub(crate) fn human_bytes(b: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < U.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", U[i])
+    }
+}
+
+/// "2026-11-22 19:40:01 UTC" from unix seconds (civil-from-days, no timezone database).
+pub(crate) fn fmt_unix(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn formats() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
+        assert_eq!(fmt_unix(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(fmt_unix(1_795_000_000), "2026-11-18 11:06:40 UTC");
+    }
+
+    #[test]
+    fn seconds_parser() {
+        assert_eq!(parse_secs("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_secs("0.5s").unwrap(), Duration::from_millis(500));
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("x").is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! `warmstart plan list | show | rm`
+
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{code, fail, fmt_unix, human_bytes, PlanCommand};
+use crate::plan::{Entry, Plan};
+use crate::resolve::FileId;
+use crate::store::Store;
+
+fn open_existing(db: &Path) -> anyhow::Result<Store> {
+    if !db.exists() {
+        return Err(fail(
+            code::NOT_FOUND,
+            format!(
+                "no database at {} yet (learn an app with `warmstart record`)",
+                db.display()
+            ),
+        ));
+    }
+    Ok(Store::open(db)?)
+}
+
+/// Files that are no longer what the plan recorded: (stale, missing).
+fn staleness(plan: &Plan) -> (usize, usize) {
+    let (mut stale, mut missing) = (0, 0);
+    for f in &plan.files {
+        match FileId::of(&f.path) {
+            None => missing += 1,
+            Some(now) if !f.unchanged(&now) => stale += 1,
+            Some(_) => {}
+        }
+    }
+    (stale, missing)
+}
+
+pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
+    match c {
+        PlanCommand::List { json } => {
+            let store = open_existing(db)?;
+            let rows = store.list()?;
+            if json {
+                println!("{}", serde_json::to_string(&rows)?);
+            } else if rows.is_empty() {
+                println!("no apps learned yet");
+            } else {
+                println!(
+                    "{:>8}  {:>10}  {:>4}  {:>8}  app",
+                    "entries", "bytes", "runs", "launches"
+                );
+                for r in rows {
+                    println!(
+                        "{:>8}  {:>10}  {:>4}  {:>8}  {}",
+                        r.entries.map_or("-".into(), |e| e.to_string()),
+                        r.bytes.map_or("-".into(), |b| human_bytes(b as u64)),
+                        r.runs,
+                        r.launches,
+                        r.app
+                    );
+                }
+            }
+        }
+        PlanCommand::Show { app, json, entries } => {
+            let store = open_existing(db)?;
+            let row = store.find_app(&app)?;
+            let plan = store.plan(&row)?.ok_or_else(|| {
+                fail(
+                    code::NOT_FOUND,
+                    format!("`{}` has no plan (record it first)", row.key),
+                )
+            })?;
+            let runs: Vec<(i64, i64)> = store
+                .runs(row.id)?
+                .into_iter()
+                .map(|(id, at, _)| (id, at))
+                .collect();
+            show(&plan, &row.key, &runs, json, entries);
+        }
+        PlanCommand::Rm { app } => {
+            let mut store = open_existing(db)?;
+            let row = store.find_app(&app)?;
+            store.remove_app(row.id)?;
+            println!("removed {}", row.key);
+        }
+    }
+    Ok(code::OK)
+}
+
+fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], json: bool, n_entries: usize) {
+    let s = plan.summary();
+    let p = &plan.provenance;
+    let (stale, missing) = staleness(plan);
+    let traced = p.traced_data_bytes.max(1) as f64;
+    let unresolved_frac = (p.unresolved_pages * plan.page_size as u64) as f64 / traced;
+    if json {
+        let v = json!({
+            "app": key,
+            "strategy": plan.strategy,
+            "created_unix": plan.created_unix,
+            "entries": s.entries,
+            "bytes": s.bytes,
+            "data_bytes": s.data_bytes,
+            "files": s.files,
+            "directories": s.directories,
+            "metadata_bytes": s.metadata_bytes,
+            "lookups": s.lookups,
+            "listings": s.listings,
+            "unresolved_pages": p.unresolved_pages,
+            "unresolved_files": p.unresolved_files,
+            "traced_data_bytes": p.traced_data_bytes,
+            "dropped_pages": p.dropped_pages,
+            "stale_files": stale,
+            "missing_files": missing,
+            "devices": plan.devices.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
+            "runs": runs.iter().map(|(id, at)| json!({"id": id, "recorded_unix": at})).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return;
+    }
+    println!("app:          {key}");
+    println!("strategy:     {}", plan.strategy);
+    println!("created:      {}", fmt_unix(plan.created_unix as i64));
+    println!(
+        "entries:      {} ({} lookups, {} directory listings)",
+        s.entries, s.lookups, s.listings
+    );
+    println!(
+        "bytes:        {} ({} data, {} metadata)",
+        human_bytes(s.bytes),
+        human_bytes(s.data_bytes),
+        human_bytes(s.metadata_bytes)
+    );
+    println!(
+        "files:        {} (+ {} directories)",
+        s.files, s.directories
+    );
+    println!(
+        "unresolved:   {} pages in {} files ({:.2}% of traced data)",
+        p.unresolved_pages,
+        p.unresolved_files,
+        unresolved_frac * 100.0
+    );
+    println!("stale files:  {stale} changed, {missing} missing since recording");
+    println!(
+        "runs:         {}",
+        runs.iter()
+            .map(|(id, at)| format!("#{id} ({})", fmt_unix(*at)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if n_entries > 0 {
+        println!("first entries:");
+        for (i, e) in plan.entries.iter().take(n_entries).enumerate() {
+            let line = match *e {
+                Entry::Data { file, offset, len } => format!(
+                    "data     {} @{} +{}",
+                    plan.files[file as usize].path.display(),
+                    offset,
+                    human_bytes(len)
+                ),
+                Entry::Meta {
+                    device,
+                    offset,
+                    len,
+                } => format!(
+                    "metadata {} @{} +{}",
+                    plan.devices[device as usize].path.display(),
+                    offset,
+                    human_bytes(len)
+                ),
+                Entry::Lookup { file } => {
+                    format!("lookup   {}", plan.files[file as usize].path.display())
+                }
+                Entry::ListDir { file } => {
+                    format!("listdir  {}", plan.files[file as usize].path.display())
+                }
+            };
+            println!("  {:>5}  {line}", i + 1);
+        }
+    }
+}

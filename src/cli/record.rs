@@ -1,0 +1,119 @@
+//! `warmstart record -- CMD...`
+
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::{code, human_bytes, require_root, RecordArgs};
+use crate::app::AppKey;
+use crate::launch::resolve_command;
+use crate::learn::{learn, LearnOptions, Learned};
+use crate::store::Store;
+use crate::trace::TraceConfig;
+
+/// Ctrl-C, SIGTERM, SIGHUP and SIGQUIT set this (to the signal number) instead of killing us,
+/// so a recording always gets to clean up the kernel state it changed.
+pub(super) fn interrupt_flag() -> anyhow::Result<Arc<AtomicUsize>> {
+    let flag = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        signal_hook::flag::register_usize(sig, flag.clone(), sig as usize)
+            .context("installing signal handlers")?;
+    }
+    Ok(flag)
+}
+
+pub(super) fn key_of(app: &Option<String>, exe: &Path, argv: &[std::ffi::OsString]) -> AppKey {
+    match app {
+        Some(name) => AppKey::named(name, exe),
+        None => AppKey::for_command(exe, argv),
+    }
+}
+
+pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
+    require_root("record")?;
+    let exe = resolve_command(&a.command[0])?;
+    let key = key_of(&a.app, &exe, &a.command);
+    let mut store = Store::open(db)?;
+    let interrupt = interrupt_flag()?;
+    let opts = LearnOptions {
+        runs: a.runs,
+        trace: TraceConfig {
+            buffer_kb: a.buffer_kb,
+            idle: a.idle,
+            timeout: a.timeout,
+            drop_caches: !a.no_drop_caches,
+            ..TraceConfig::default()
+        },
+        allow_failure: a.allow_failure,
+    };
+    let quiet = a.json;
+    let mut progress = |i: u32, n: u32, r: &crate::sequence::RawRun| {
+        if !quiet {
+            eprintln!(
+                "run {i}/{n}: {} read from disk, {} entries, {} files opened, {:.2} s, {:?}, {}",
+                human_bytes(r.disk_bytes()),
+                r.accesses.len(),
+                r.opens.iter().filter(|o| o.by_tree).count(),
+                r.duration_ns as f64 / 1e9,
+                r.ended,
+                r.exit(),
+            );
+        }
+    };
+    let learned = learn(
+        &mut store,
+        &key,
+        &exe,
+        &a.command,
+        &opts,
+        &interrupt,
+        &mut progress,
+    )
+    .with_context(|| format!("learning `{}`", key.key))?;
+    print_learned(&key, &learned, a.json);
+    Ok(code::OK)
+}
+
+pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
+    let s = l.plan.summary();
+    let p = &l.plan.provenance;
+    if json {
+        let v = json!({
+            "app": key.key,
+            "runs": p.runs,
+            "entries": s.entries,
+            "bytes": s.bytes,
+            "data_bytes": s.data_bytes,
+            "files": s.files,
+            "metadata_bytes": s.metadata_bytes,
+            "lookups": s.lookups,
+            "listings": s.listings,
+            "unresolved_pages": p.unresolved_pages,
+            "unresolved_files": p.unresolved_files,
+            "resolved_fraction": l.resolved_fraction,
+            "dropped_pages": p.dropped_pages,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "learned {}: {} entries, {} of data in {} files, {} metadata, {} lookups, {} listings",
+            key.key,
+            s.entries,
+            human_bytes(s.data_bytes),
+            s.files,
+            human_bytes(s.metadata_bytes),
+            s.lookups,
+            s.listings
+        );
+        println!(
+            "resolved {:.2}% of traced data bytes ({} pages in {} files unresolved); {} pages dropped as not common to all runs",
+            l.resolved_fraction * 100.0,
+            p.unresolved_pages,
+            p.unresolved_files,
+            p.dropped_pages
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! `record`: run the learning cycle for one app. N cold, traced launches (FAST's launch
+//! profiling phase), then extraction, resolution, scheduling, and one transaction that stores
+//! the raw runs and the plan (the prefetcher generation phase).
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+
+use crate::app::AppKey;
+use crate::plan::Plan;
+use crate::resolve::Resolver;
+use crate::schedule::{build_plan, SysDevicePaths};
+use crate::sequence::{extract, RawRun, SysBlockDevices};
+use crate::store::{LaunchRecord, Store, StoreError};
+use crate::sys::{self, Exit};
+use crate::trace::knobs::{self, RecordLock};
+use crate::trace::tracefs::Tracefs;
+use crate::trace::{trace_launch, TraceConfig, TraceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LearnError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("learning run {run} of `{app}` ended with {exit}; nothing was stored (fix the command, or pass --allow-failure to learn from failing launches)")]
+    CommandFailed { app: String, run: u32, exit: Exit },
+    #[error("cannot set warmstart as child subreaper: {0}")]
+    Subreaper(String),
+}
+
+#[derive(Clone, Debug)]
+pub struct LearnOptions {
+    /// Learning runs (FAST's N_rawseq).
+    pub runs: u32,
+    pub trace: TraceConfig,
+    /// Keep a run whose command exited non-zero.
+    pub allow_failure: bool,
+}
+
+impl Default for LearnOptions {
+    fn default() -> Self {
+        LearnOptions {
+            runs: 2,
+            trace: TraceConfig::default(),
+            allow_failure: false,
+        }
+    }
+}
+
+/// What a learning cycle produced.
+#[derive(Debug)]
+pub struct Learned {
+    pub app_id: i64,
+    pub runs: Vec<RawRun>,
+    pub plan: Plan,
+    /// Fraction of traced file-data bytes that resolved to a verified path.
+    pub resolved_fraction: f64,
+    pub last_exit: Exit,
+}
+
+/// Progress callback: (run index from 1, total runs, the finished run).
+pub type Progress<'a> = &'a mut dyn FnMut(u32, u32, &RawRun);
+
+/// Learn `argv` (argv[0] resolved to `exe`) as `key`; stores runs and plan on success.
+pub fn learn(
+    store: &mut Store,
+    key: &AppKey,
+    exe: &Path,
+    argv: &[OsString],
+    opts: &LearnOptions,
+    interrupt: &AtomicUsize,
+    progress: Progress<'_>,
+) -> Result<Learned, LearnError> {
+    let _lock = RecordLock::acquire(&opts.trace.run_dir)?;
+    let tfs = Tracefs::open()?;
+    // Repair what a killed recorder may have left: its instances and changed knobs.
+    tfs.remove_stale_instances();
+    knobs::recover_journal(&opts.trace.run_dir);
+    // Orphans of the launched tree are re-parented to us, so "the tree exited" is knowable.
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| LearnError::Subreaper(e.to_string()))?;
+
+    let page = sys::page_size();
+    let total = opts.runs.max(1);
+    let mut runs = Vec::new();
+    let mut last_exit = Exit::Code(0);
+    for i in 1..=total {
+        let t = trace_launch(&tfs, exe, argv, &opts.trace, interrupt)?;
+        let run = RawRun::from_trace(&t, page, &SysBlockDevices);
+        last_exit = t.exit;
+        if !t.exit.success() && !opts.allow_failure {
+            return Err(LearnError::CommandFailed {
+                app: key.key.clone(),
+                run: i,
+                exit: t.exit,
+            });
+        }
+        progress(i, total, &run);
+        runs.push(run);
+    }
+    let seq = extract(&runs);
+    let resolver = Resolver::from_runs(&runs);
+    let mut plan = build_plan(&key.key, &seq, &resolver, &SysDevicePaths, Vec::new());
+    let p = &plan.provenance;
+    let unresolved_bytes = p.unresolved_pages * page;
+    let resolved_fraction = if p.traced_data_bytes == 0 {
+        1.0
+    } else {
+        1.0 - unresolved_bytes as f64 / p.traced_data_bytes as f64
+    };
+    let app_id = store.upsert_app(key)?;
+    store.save_learning(app_id, &runs, &mut plan)?;
+    for r in &runs {
+        let (exit_code, signal) = match r.exit() {
+            Exit::Code(c) => (Some(c), None),
+            Exit::Signal(s) => (None, Some(s)),
+        };
+        store.add_launch(
+            app_id,
+            &LaunchRecord {
+                at_unix: now_unix(),
+                mode: "record".into(),
+                wall_ms: r.duration_ns as f64 / 1e6,
+                exit_code,
+                signal,
+                major_faults: r.usage.major_faults,
+                ..LaunchRecord::default()
+            },
+        )?;
+    }
+    Ok(Learned {
+        app_id,
+        runs,
+        plan,
+        resolved_fraction,
+        last_exit,
+    })
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,35 @@
+//! warmstart: a Linux application-launch prefetcher. It learns which file pages and
+//! filesystem metadata an application reads while it starts (stock tracepoints, no kernel
+//! patch), turns that into a prefetch plan, and replays the plan with asynchronous readahead
+//! concurrently with the next launch.
+//!
+//! Data flow, one module per stage:
+//! [`trace`] → [`sequence`] → [`resolve`] → [`schedule`] → [`plan`] → [`prefetch`];
+//! [`store`] keeps apps, runs and plans; [`learn`] runs the learning cycle; [`bench`] measures.
+
+pub mod app;
+pub mod bench;
+pub mod cli;
+pub mod codec;
+pub mod launch;
+pub mod learn;
+pub mod plan;
+pub mod prefetch;
+pub mod resolve;
+pub mod schedule;
+pub mod sequence;
+pub mod store;
+pub mod sys;
+pub mod trace;
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// Skip a test whose kernel feature or privilege is missing: prints `skipped: <reason>`,
+    /// and fails instead when WARMSTART_REQUIRE_PRIVILEGED=1 (CI on a machine that has it).
+    pub fn skip(reason: &str) {
+        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("required test could not run: {reason}");
+        }
+        eprintln!("skipped: {reason}");
+    }
+}

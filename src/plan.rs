@@ -1,0 +1,316 @@
+//! Stage 4, plan: what the prefetcher will do for an app, as a compact, versioned,
+//! checksummed blob. A file table (path, device, inode, size, mtime), a block-device table,
+//! and ordered entries: data ranges of files, metadata ranges of block devices, and the
+//! filesystem-level metadata operations used where a block device cannot be read
+//! (FAST Table 1: a lookup loads a path's directories and inode, a listing reads a directory).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, CodecError};
+use crate::resolve::{FileId, FileKind};
+use crate::sys::Dev;
+
+pub const MAGIC: [u8; 4] = *b"WSPL";
+pub const VERSION: u16 = 1;
+
+/// A block device holding filesystem metadata the plan prefetches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockDevice {
+    #[serde(with = "crate::codec::path_bytes")]
+    pub path: PathBuf,
+    pub dev: Dev,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Entry {
+    /// Read `[offset, offset+len)` of file `file` (index into `files`).
+    Data { file: u32, offset: u64, len: u64 },
+    /// Read `[offset, offset+len)` of block device `device` (filesystem metadata).
+    Meta { device: u32, offset: u64, len: u64 },
+    /// Look up a path (loads its directories' blocks and its inode).
+    Lookup { file: u32 },
+    /// Read a whole directory listing.
+    ListDir { file: u32 },
+}
+
+impl Entry {
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Entry::Data { len, .. } | Entry::Meta { len, .. } => *len,
+            Entry::Lookup { .. } | Entry::ListDir { .. } => 0,
+        }
+    }
+}
+
+/// Where a plan came from and what it could not include.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Store ids of the learning runs.
+    pub runs: Vec<i64>,
+    /// File-data bytes in the extracted launch sequence (before resolution).
+    pub traced_data_bytes: u64,
+    /// Pages of files whose path could not be resolved (left out of the plan).
+    pub unresolved_pages: u64,
+    pub unresolved_files: u32,
+    /// Pages dropped because not every learning run read them.
+    pub dropped_pages: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub app: String,
+    pub created_unix: u64,
+    /// The scheduling strategy that ordered the entries.
+    pub strategy: String,
+    pub page_size: u32,
+    pub files: Vec<FileId>,
+    pub devices: Vec<BlockDevice>,
+    pub entries: Vec<Entry>,
+    pub provenance: Provenance,
+}
+
+/// Totals shown by `plan show` and used by the prefetcher's memory cap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub entries: usize,
+    pub bytes: u64,
+    pub data_bytes: u64,
+    pub metadata_bytes: u64,
+    pub files: usize,
+    pub directories: usize,
+    pub lookups: usize,
+    pub listings: usize,
+}
+
+impl Plan {
+    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        codec::encode(MAGIC, VERSION, self)
+    }
+
+    /// Decode and validate; any malformed input is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Plan, CodecError> {
+        let p: Plan = codec::decode(MAGIC, VERSION, bytes)?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Internal consistency: indices in range, ranges non-empty and not overflowing.
+    pub fn validate(&self) -> Result<(), CodecError> {
+        let bad = |m: String| Err(CodecError::Invalid(m));
+        if !self.page_size.is_power_of_two() || self.page_size < 512 {
+            return bad(format!("page size {}", self.page_size));
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            let (idx, n, len, off) = match *e {
+                Entry::Data { file, offset, len } => (file, self.files.len(), len, offset),
+                Entry::Meta {
+                    device,
+                    offset,
+                    len,
+                } => (device, self.devices.len(), len, offset),
+                Entry::Lookup { file } | Entry::ListDir { file } => (file, self.files.len(), 1, 0),
+            };
+            if idx as usize >= n {
+                return bad(format!("entry {i} refers to table index {idx} of {n}"));
+            }
+            if len == 0 || off.checked_add(len).is_none() {
+                return bad(format!("entry {i} has an empty or overflowing range"));
+            }
+            if let Entry::ListDir { file } = *e {
+                if self.files[file as usize].kind != FileKind::Directory {
+                    return bad(format!("entry {i} lists a non-directory"));
+                }
+            }
+            if let Entry::Data { file, .. } = *e {
+                if self.files[file as usize].kind != FileKind::Regular {
+                    return bad(format!("entry {i} reads data of a directory"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary {
+            entries: self.entries.len(),
+            ..Summary::default()
+        };
+        let mut used = vec![false; self.files.len()];
+        for e in &self.entries {
+            match *e {
+                Entry::Data { file, len, .. } => {
+                    s.data_bytes += len;
+                    used[file as usize] = true;
+                }
+                Entry::Meta { len, .. } => s.metadata_bytes += len,
+                Entry::Lookup { .. } => s.lookups += 1,
+                Entry::ListDir { .. } => s.listings += 1,
+            }
+        }
+        s.bytes = s.data_bytes + s.metadata_bytes;
+        s.files = used.iter().filter(|u| **u).count();
+        s.directories = self
+            .files
+            .iter()
+            .filter(|f| f.kind == FileKind::Directory)
+            .count();
+        s
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn sample_plan() -> Plan {
+        let f = |p: &str, ino, kind| FileId {
+            path: PathBuf::from(p),
+            dev: Dev {
+                major: 254,
+                minor: 0,
+            },
+            ino,
+            size: 10_000,
+            mtime_ns: 1_700_000_000_123_456_789,
+            kind,
+        };
+        Plan {
+            app: "/usr/bin/python3.11 -c import json".into(),
+            created_unix: 1_800_000_000,
+            strategy: "trace".into(),
+            page_size: 4096,
+            files: vec![
+                f("/usr/lib/a.so", 11, FileKind::Regular),
+                f("/usr/lib", 2, FileKind::Directory),
+            ],
+            devices: vec![BlockDevice {
+                path: "/dev/vda".into(),
+                dev: Dev {
+                    major: 254,
+                    minor: 0,
+                },
+            }],
+            entries: vec![
+                Entry::Lookup { file: 1 },
+                Entry::Meta {
+                    device: 0,
+                    offset: 1 << 20,
+                    len: 4096,
+                },
+                Entry::ListDir { file: 1 },
+                Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 8192,
+                },
+                Entry::Data {
+                    file: 0,
+                    offset: 8192,
+                    len: 1808,
+                },
+            ],
+            provenance: Provenance {
+                runs: vec![1, 2],
+                traced_data_bytes: 10_000,
+                unresolved_pages: 0,
+                unresolved_files: 0,
+                dropped_pages: 3,
+            },
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let p = sample_plan();
+        let b = p.encode().unwrap();
+        assert_eq!(Plan::decode(&b).unwrap(), p);
+        // Compact: a few bytes per entry, not a struct dump.
+        assert!(b.len() < 200, "{} bytes", b.len());
+    }
+
+    #[test]
+    fn summary_counts() {
+        let s = sample_plan().summary();
+        assert_eq!(s.entries, 5);
+        assert_eq!(s.data_bytes, 10_000);
+        assert_eq!(s.metadata_bytes, 4096);
+        assert_eq!(s.bytes, 14_096);
+        assert_eq!(s.files, 1);
+        assert_eq!(s.directories, 1);
+        assert_eq!((s.lookups, s.listings), (1, 1));
+    }
+
+    #[test]
+    fn truncations_and_bit_flips_are_errors() {
+        let b = sample_plan().encode().unwrap();
+        for n in 0..b.len() {
+            assert!(Plan::decode(&b[..n]).is_err(), "truncated to {n}");
+        }
+        for i in 0..b.len() * 8 {
+            if (6..8).contains(&(i / 8)) {
+                continue; // reserved flag bytes
+            }
+            let mut c = b.clone();
+            c[i / 8] ^= 1 << (i % 8);
+            assert!(Plan::decode(&c).is_err(), "bit {i}");
+        }
+    }
+
+    #[test]
+    fn random_input_never_panics() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..5000 {
+            let len = (next() % 300) as usize;
+            let mut b: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if round % 2 == 0 && b.len() >= 16 {
+                // Make the header valid so the payload decoder and validator are exercised.
+                b[..4].copy_from_slice(&MAGIC);
+                b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+                let plen = (b.len() - 16) as u32;
+                b[8..12].copy_from_slice(&plen.to_le_bytes());
+                let crc = crc32c::crc32c(&b[16..]);
+                b[12..16].copy_from_slice(&crc.to_le_bytes());
+            }
+            let _ = Plan::decode(&b);
+        }
+    }
+
+    #[test]
+    fn validation_rejects_inconsistent_plans() {
+        let mut p = sample_plan();
+        p.entries.push(Entry::Data {
+            file: 9,
+            offset: 0,
+            len: 1,
+        });
+        assert!(Plan::decode(&p.encode().unwrap()).is_err());
+        let mut p = sample_plan();
+        p.entries.push(Entry::Data {
+            file: 0,
+            offset: u64::MAX,
+            len: 2,
+        });
+        assert!(p.validate().is_err());
+        let mut p = sample_plan();
+        p.entries.push(Entry::ListDir { file: 0 });
+        assert!(p.validate().is_err());
+        let mut p = sample_plan();
+        p.entries.push(Entry::Meta {
+            device: 0,
+            offset: 0,
+            len: 0,
+        });
+        assert!(p.validate().is_err());
+        let mut p = sample_plan();
+        p.page_size = 3000;
+        assert!(p.validate().is_err());
+    }
+}

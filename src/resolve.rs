@@ -1,0 +1,204 @@
+//! Stage 3, resolve: map (device, inode) pairs of a launch sequence to paths, without walking
+//! the filesystem. Candidates are what the traced tree opened (fanotify) and executed (exec
+//! events), plus their parent directories; each is verified by `lstat` (same device and inode)
+//! before it is used, so a path that now names another file is never trusted.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sequence::RawRun;
+use crate::sys::Dev;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FileKind {
+    Regular,
+    Directory,
+}
+
+/// A file as identified at record time; the prefetcher checks all of this before reading.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileId {
+    #[serde(with = "crate::codec::path_bytes")]
+    pub path: PathBuf,
+    pub dev: Dev,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub kind: FileKind,
+}
+
+impl FileId {
+    /// Identify what `path` names now, without following a final symlink.
+    pub fn of(path: &Path) -> Option<FileId> {
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Self::from_metadata(path, &m)
+    }
+
+    pub fn from_metadata(path: &Path, m: &std::fs::Metadata) -> Option<FileId> {
+        let kind = if m.file_type().is_file() {
+            FileKind::Regular
+        } else if m.file_type().is_dir() {
+            FileKind::Directory
+        } else {
+            return None;
+        };
+        Some(FileId {
+            path: path.to_path_buf(),
+            dev: Dev::from_user(m.dev()),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            kind,
+        })
+    }
+
+    /// Whether `other` (a fresh identification) is still the same, unchanged file.
+    pub fn unchanged(&self, other: &FileId) -> bool {
+        self.dev == other.dev
+            && self.ino == other.ino
+            && self.kind == other.kind
+            && (self.kind == FileKind::Directory
+                || (self.size == other.size && self.mtime_ns == other.mtime_ns))
+    }
+}
+
+/// Verified (device, inode) → file map for a set of learning runs.
+#[derive(Debug, Default)]
+pub struct Resolver {
+    map: HashMap<(Dev, u64), FileId>,
+}
+
+impl Resolver {
+    pub fn from_runs(runs: &[RawRun]) -> Resolver {
+        let mut r = Resolver::default();
+        // The tree's own opens first, then the rest (an unrelated process may have opened the
+        // same file by another path; any verified path will do).
+        for by_tree in [true, false] {
+            for run in runs {
+                for o in run.opens.iter().filter(|o| o.by_tree == by_tree) {
+                    r.add_expected(&o.path, o.dev, o.ino);
+                }
+            }
+        }
+        for run in runs {
+            for e in &run.execs {
+                if let Ok(p) = std::fs::canonicalize(e) {
+                    r.add(&p);
+                }
+            }
+        }
+        let paths: Vec<PathBuf> = r.map.values().map(|f| f.path.clone()).collect();
+        for p in paths {
+            for a in p.ancestors().skip(1) {
+                r.add(a);
+            }
+        }
+        r
+    }
+
+    /// Add `path` if it still names (dev, ino).
+    pub fn add_expected(&mut self, path: &Path, dev: Dev, ino: u64) {
+        if self.map.contains_key(&(dev, ino)) {
+            return;
+        }
+        if let Some(id) = FileId::of(path) {
+            if id.dev == dev && id.ino == ino {
+                self.map.insert((dev, ino), id);
+            }
+        }
+    }
+
+    /// Add whatever `path` names now.
+    pub fn add(&mut self, path: &Path) {
+        if let Some(id) = FileId::of(path) {
+            self.map.entry((id.dev, id.ino)).or_insert(id);
+        }
+    }
+
+    pub fn get(&self, dev: Dev, ino: u64) -> Option<&FileId> {
+        self.map.get(&(dev, ino))
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sequence::Opened;
+    use crate::sys::Usage;
+    use crate::trace::EndReason;
+
+    fn run_with_opens(opens: Vec<Opened>) -> RawRun {
+        RawRun {
+            page_size: 4096,
+            accesses: vec![],
+            inode_loads: vec![],
+            opens,
+            execs: vec![],
+            block: vec![],
+            sync_readaheads: 0,
+            duration_ns: 0,
+            ended: EndReason::Exited,
+            exit_code: Some(0),
+            exit_signal: None,
+            usage: Usage::default(),
+        }
+    }
+
+    #[test]
+    fn verifies_paths_by_device_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::write(&a, b"aaaa").unwrap();
+        std::fs::write(&b, b"bb").unwrap();
+        let ida = FileId::of(&a).unwrap();
+        let idb = FileId::of(&b).unwrap();
+        let opened = |p: &Path, id: &FileId| Opened {
+            t: 0,
+            dev: id.dev,
+            ino: id.ino,
+            is_dir: false,
+            path: p.to_path_buf(),
+            by_tree: true,
+        };
+        // b is recorded with a's inode: a lie the resolver must not believe.
+        let mut lie = opened(&b, &ida);
+        lie.ino = ida.ino;
+        let r = Resolver::from_runs(&[run_with_opens(vec![lie, opened(&a, &ida)])]);
+        assert_eq!(r.get(ida.dev, ida.ino).unwrap().path, a);
+        assert!(r.get(idb.dev, idb.ino).is_none());
+        // Ancestors are resolved too.
+        let d = FileId::of(dir.path()).unwrap();
+        assert_eq!(r.get(d.dev, d.ino).unwrap().kind, FileKind::Directory);
+        assert_eq!(ida.size, 4);
+    }
+
+    #[test]
+    fn unchanged_detects_edits_and_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, b"one").unwrap();
+        let before = FileId::of(&a).unwrap();
+        assert!(before.unchanged(&FileId::of(&a).unwrap()));
+        std::fs::write(&a, b"three").unwrap();
+        assert!(!before.unchanged(&FileId::of(&a).unwrap()));
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, b"three").unwrap();
+        std::fs::rename(&tmp, &a).unwrap();
+        let now = FileId::of(&a).unwrap();
+        assert_ne!(now.ino, before.ino);
+        assert!(!before.unchanged(&now));
+        assert!(FileId::of(&dir.path().join("missing")).is_none());
+    }
+}

@@ -1,0 +1,362 @@
+//! Stage 5, schedule: turn a launch sequence plus resolved files into an ordered plan. The
+//! default order is the launch's own first-access order (FAST's concurrent replay): metadata
+//! lookups and directory listings are placed at the moment the launch needed them, data
+//! ranges are clipped to the file size, and ranges that follow each other in both order and
+//! position are merged into one request.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use crate::plan::{BlockDevice, Entry, Plan, Provenance};
+use crate::resolve::{FileId, FileKind, Resolver};
+use crate::sequence::{LaunchSequence, Target};
+use crate::sys::Dev;
+
+/// Where a block device's node is (for metadata readahead).
+pub trait DevicePaths {
+    fn path_of(&self, dev: Dev) -> Option<PathBuf>;
+}
+
+/// /sys/dev/block/M:m/uevent names the device node under /dev.
+pub struct SysDevicePaths;
+
+impl DevicePaths for SysDevicePaths {
+    fn path_of(&self, dev: Dev) -> Option<PathBuf> {
+        let uevent = std::fs::read_to_string(format!("/sys/dev/block/{dev}/uevent")).ok()?;
+        let name = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME="))?;
+        Some(PathBuf::from("/dev").join(name))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Item {
+    Access(usize),
+    Lookup(Dev, u64),
+    ListDir(Dev, u64),
+}
+
+/// Build the plan of `app` from its extracted launch sequence, in launch order.
+pub fn build_plan(
+    app: &str,
+    seq: &LaunchSequence,
+    resolver: &Resolver,
+    devices: &dyn DevicePaths,
+    runs: Vec<i64>,
+) -> Plan {
+    let ps = seq.page_size.max(512);
+    // One timeline of everything the launch needed, by time since exec. Metadata items sort
+    // before a data access at the same instant: the data depends on them.
+    let mut timeline: Vec<(u64, u8, Item)> = Vec::new();
+    for (i, a) in seq.accesses.iter().enumerate() {
+        timeline.push((a.t, 1, Item::Access(i)));
+    }
+    for l in &seq.inode_loads {
+        timeline.push((l.t, 0, Item::Lookup(l.dev, l.ino)));
+    }
+    for d in &seq.dir_opens {
+        timeline.push((d.t, 0, Item::ListDir(d.dev, d.ino)));
+    }
+    timeline.sort_by_key(|(t, k, _)| (*t, *k));
+
+    let mut files: Vec<FileId> = Vec::new();
+    let mut file_index: HashMap<(Dev, u64), u32> = HashMap::new();
+    let mut devs: Vec<BlockDevice> = Vec::new();
+    let mut dev_index: HashMap<Dev, Option<u32>> = HashMap::new();
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut prov = Provenance {
+        runs,
+        dropped_pages: seq.dropped_pages,
+        ..Provenance::default()
+    };
+    let mut unresolved = std::collections::HashSet::new();
+    let mut looked_up = std::collections::HashSet::new();
+    let mut listed = std::collections::HashSet::new();
+
+    let mut file_idx = |id: &FileId, files: &mut Vec<FileId>| -> u32 {
+        *file_index.entry((id.dev, id.ino)).or_insert_with(|| {
+            files.push(id.clone());
+            (files.len() - 1) as u32
+        })
+    };
+
+    for (_, _, item) in timeline {
+        match item {
+            Item::Access(i) => {
+                let a = seq.accesses[i];
+                match a.target {
+                    Target::File { dev, ino } => {
+                        prov.traced_data_bytes += a.pages * ps;
+                        let Some(id) = resolver
+                            .get(dev, ino)
+                            .filter(|f| f.kind == FileKind::Regular)
+                        else {
+                            prov.unresolved_pages += a.pages;
+                            unresolved.insert((dev, ino));
+                            continue;
+                        };
+                        let offset = a.page * ps;
+                        if offset >= id.size {
+                            continue; // beyond EOF: a read() request longer than the file
+                        }
+                        let len = (a.pages * ps).min(id.size - offset);
+                        let file = file_idx(id, &mut files);
+                        push_merged(&mut entries, Entry::Data { file, offset, len });
+                    }
+                    Target::Meta { bdev } => {
+                        let slot = *dev_index.entry(bdev).or_insert_with(|| {
+                            devices.path_of(bdev).map(|path| {
+                                devs.push(BlockDevice { path, dev: bdev });
+                                (devs.len() - 1) as u32
+                            })
+                        });
+                        if let Some(device) = slot {
+                            push_merged(
+                                &mut entries,
+                                Entry::Meta {
+                                    device,
+                                    offset: a.page * ps,
+                                    len: a.pages * ps,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+            Item::Lookup(dev, ino) => {
+                if let Some(id) = resolver.get(dev, ino) {
+                    if looked_up.insert((dev, ino)) {
+                        let file = file_idx(id, &mut files);
+                        entries.push(Entry::Lookup { file });
+                    }
+                }
+            }
+            Item::ListDir(dev, ino) => {
+                if let Some(id) = resolver
+                    .get(dev, ino)
+                    .filter(|f| f.kind == FileKind::Directory)
+                {
+                    if listed.insert((dev, ino)) {
+                        let file = file_idx(id, &mut files);
+                        entries.push(Entry::ListDir { file });
+                    }
+                }
+            }
+        }
+    }
+    prov.unresolved_files = unresolved.len() as u32;
+    Plan {
+        app: app.to_string(),
+        created_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        strategy: "trace".into(),
+        page_size: ps as u32,
+        files,
+        devices: devs,
+        entries,
+        provenance: prov,
+    }
+}
+
+/// Append, merging with the previous entry when it is the same file (or device) and the two
+/// ranges are contiguous.
+fn push_merged(entries: &mut Vec<Entry>, e: Entry) {
+    if let Some(last) = entries.last_mut() {
+        match (last, e) {
+            (
+                Entry::Data {
+                    file: f1,
+                    offset: o1,
+                    len: l1,
+                },
+                Entry::Data {
+                    file: f2,
+                    offset: o2,
+                    len: l2,
+                },
+            ) if *f1 == f2 && *o1 + *l1 == o2 => {
+                *l1 += l2;
+                return;
+            }
+            (
+                Entry::Meta {
+                    device: d1,
+                    offset: o1,
+                    len: l1,
+                },
+                Entry::Meta {
+                    device: d2,
+                    offset: o2,
+                    len: l2,
+                },
+            ) if *d1 == d2 && *o1 + *l1 == o2 => {
+                *l1 += l2;
+                return;
+            }
+            _ => {}
+        }
+    }
+    entries.push(e);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sequence::{Access, InodeLoad, Opened};
+
+    const D: Dev = Dev {
+        major: 254,
+        minor: 0,
+    };
+
+    struct FakeDevs;
+    impl DevicePaths for FakeDevs {
+        fn path_of(&self, dev: Dev) -> Option<PathBuf> {
+            (dev == D).then(|| PathBuf::from("/dev/vda"))
+        }
+    }
+
+    fn acc(target: Target, page: u64, pages: u64, t: u64) -> Access {
+        Access {
+            target,
+            page,
+            pages,
+            t,
+            from_disk: true,
+        }
+    }
+
+    #[test]
+    fn builds_ordered_clipped_merged_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, vec![1u8; 10_000]).unwrap(); // 3 pages, last one partial
+        let mut r = Resolver::default();
+        r.add(&a);
+        r.add(dir.path());
+        let ida = FileId::of(&a).unwrap();
+        let idd = FileId::of(dir.path()).unwrap();
+        let fa = Target::File {
+            dev: ida.dev,
+            ino: ida.ino,
+        };
+        let meta = Target::Meta { bdev: D };
+        let seq = LaunchSequence {
+            page_size: 4096,
+            accesses: vec![
+                acc(meta, 100, 1, 5),
+                acc(meta, 101, 1, 6), // contiguous: merged
+                acc(fa, 0, 1, 10),
+                acc(fa, 1, 4, 20), // merged, clipped to the size
+                acc(
+                    Target::File {
+                        dev: D,
+                        ino: 999_999_999,
+                    },
+                    0,
+                    3,
+                    30,
+                ), // unresolved
+                acc(fa, 7, 1, 40), // beyond EOF: dropped
+            ],
+            inode_loads: vec![InodeLoad {
+                t: 8,
+                dev: ida.dev,
+                ino: ida.ino,
+            }],
+            dir_opens: vec![Opened {
+                t: 1,
+                dev: idd.dev,
+                ino: idd.ino,
+                is_dir: true,
+                path: dir.path().to_path_buf(),
+                by_tree: true,
+            }],
+            dropped_pages: 2,
+        };
+        let p = build_plan("app", &seq, &r, &FakeDevs, vec![4, 5]);
+        p.validate().unwrap();
+        assert_eq!(
+            p.entries,
+            vec![
+                Entry::ListDir { file: 0 },
+                Entry::Meta {
+                    device: 0,
+                    offset: 100 * 4096,
+                    len: 8192
+                },
+                Entry::Lookup { file: 1 },
+                Entry::Data {
+                    file: 1,
+                    offset: 0,
+                    len: 10_000
+                },
+            ]
+        );
+        assert_eq!(p.files[1].path, a);
+        assert_eq!(p.devices[0].path, PathBuf::from("/dev/vda"));
+        assert_eq!(p.provenance.unresolved_pages, 3);
+        assert_eq!(p.provenance.unresolved_files, 1);
+        assert_eq!(p.provenance.traced_data_bytes, (1 + 4 + 3 + 1) * 4096);
+        assert_eq!(p.provenance.runs, vec![4, 5]);
+        assert_eq!(p.provenance.dropped_pages, 2);
+    }
+
+    #[test]
+    fn merge_only_contiguous_same_target() {
+        let mut v = Vec::new();
+        push_merged(
+            &mut v,
+            Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 4096,
+            },
+        );
+        push_merged(
+            &mut v,
+            Entry::Data {
+                file: 1,
+                offset: 4096,
+                len: 4096,
+            },
+        );
+        push_merged(
+            &mut v,
+            Entry::Data {
+                file: 1,
+                offset: 16384,
+                len: 4096,
+            },
+        );
+        push_merged(
+            &mut v,
+            Entry::Data {
+                file: 1,
+                offset: 20480,
+                len: 4096,
+            },
+        );
+        assert_eq!(
+            v,
+            vec![
+                Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 4096
+                },
+                Entry::Data {
+                    file: 1,
+                    offset: 4096,
+                    len: 4096
+                },
+                Entry::Data {
+                    file: 1,
+                    offset: 16384,
+                    len: 8192
+                },
+            ]
+        );
+    }
+}

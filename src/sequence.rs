@@ -1,0 +1,625 @@
+//! Stage 2, sequence: turn a traced launch into its launch sequence, the ordered list of first
+//! accesses (file data ranges and block-device metadata ranges) with their time since exec;
+//! and extract the common sequence of N runs (FAST 4.1.2: keep only what every run read, in the
+//! order of the first run).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys::{Dev, Exit, Usage};
+use crate::trace::{EndReason, EventKind, TracedLaunch};
+
+/// What an access touched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Target {
+    /// Data of a file, by (filesystem device, inode).
+    File { dev: Dev, ino: u64 },
+    /// Filesystem metadata: pages of a block device, offset = byte offset on the disk.
+    Meta { bdev: Dev },
+}
+
+/// One first access: a byte range of a target, in page units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Access {
+    pub target: Target,
+    /// First page index.
+    pub page: u64,
+    /// Number of pages.
+    pub pages: u64,
+    /// Nanoseconds since exec.
+    pub t: u64,
+    /// Read from disk (a page-cache insert), as opposed to found cached (fault, lookup).
+    pub from_disk: bool,
+}
+
+/// ext4 read an inode (from the inode table) at `t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InodeLoad {
+    pub t: u64,
+    pub dev: Dev,
+    pub ino: u64,
+}
+
+/// A file or directory the launch opened, with the path fanotify gave for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Opened {
+    pub t: u64,
+    pub dev: Dev,
+    pub ino: u64,
+    pub is_dir: bool,
+    #[serde(with = "crate::codec::path_bytes")]
+    pub path: PathBuf,
+    /// Opened by the traced tree (not by an unrelated process during the recording).
+    pub by_tree: bool,
+}
+
+/// A block request with its issue and completion time (ns since exec).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockReq {
+    pub issue: u64,
+    pub complete: Option<u64>,
+    pub dev: Dev,
+    pub sector: u64,
+    pub sectors: u32,
+    pub metadata: bool,
+}
+
+/// One learning run, kept in the store so strategies can re-plan without re-learning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RawRun {
+    pub page_size: u64,
+    pub accesses: Vec<Access>,
+    pub inode_loads: Vec<InodeLoad>,
+    pub opens: Vec<Opened>,
+    pub execs: Vec<String>,
+    pub block: Vec<BlockReq>,
+    /// Synchronous readaheads (the app waited on a miss).
+    pub sync_readaheads: u32,
+    pub duration_ns: u64,
+    pub ended: EndReason,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub usage: Usage,
+}
+
+impl RawRun {
+    pub fn exit(&self) -> Exit {
+        match (self.exit_code, self.exit_signal) {
+            (_, Some(s)) => Exit::Signal(s),
+            (Some(c), _) => Exit::Code(c),
+            _ => Exit::Code(0),
+        }
+    }
+
+    /// Bytes first-accessed from disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.accesses
+            .iter()
+            .filter(|a| a.from_disk)
+            .map(|a| a.pages * self.page_size)
+            .sum()
+    }
+}
+
+/// Single-event ranges longer than this are clipped (a read() past EOF reports the request,
+/// not the file); resolution clips to the real size later.
+const MAX_RANGE_PAGES: u64 = 1 << 18;
+
+/// Builds first-access ranges, coalescing consecutive pages of the same target.
+#[derive(Default)]
+struct Builder {
+    seen: HashSet<(Target, u64)>,
+    out: Vec<Access>,
+}
+
+impl Builder {
+    fn touch(&mut self, target: Target, first: u64, last: u64, t: u64, from_disk: bool) {
+        let last = last.min(first.saturating_add(MAX_RANGE_PAGES - 1));
+        for page in first..=last {
+            if !self.seen.insert((target, page)) {
+                continue;
+            }
+            match self.out.last_mut() {
+                Some(a)
+                    if a.target == target
+                        && a.from_disk == from_disk
+                        && a.page + a.pages == page =>
+                {
+                    a.pages += 1
+                }
+                _ => self.out.push(Access {
+                    target,
+                    page,
+                    pages: 1,
+                    t,
+                    from_disk,
+                }),
+            }
+        }
+    }
+}
+
+/// Classifies a page-cache (dev, ino) as a block device (metadata) or a file.
+pub trait DeviceMap {
+    /// If (dev, ino) is the page cache of a block device, that device.
+    fn block_device(&self, dev: Dev, ino: u64) -> Option<Dev>;
+}
+
+/// The real machine: block-device inodes live on a pseudo filesystem (major 0) and their
+/// inode number is the disk's kernel dev_t, which /sys/dev/block lists.
+pub struct SysBlockDevices;
+
+impl DeviceMap for SysBlockDevices {
+    fn block_device(&self, dev: Dev, ino: u64) -> Option<Dev> {
+        if dev.major != 0 || ino > u32::MAX as u64 {
+            return None;
+        }
+        let bdev = Dev::from_kernel(ino);
+        std::path::Path::new(&format!("/sys/dev/block/{bdev}"))
+            .exists()
+            .then_some(bdev)
+    }
+}
+
+impl RawRun {
+    pub fn from_trace(t: &TracedLaunch, page_size: u64, devices: &dyn DeviceMap) -> RawRun {
+        let exec = t.exec_ts();
+        let rel = |ts: u64| ts.saturating_sub(exec);
+        let target = |dev: Dev, ino: u64| match devices.block_device(dev, ino) {
+            Some(bdev) => Target::Meta { bdev },
+            None => Target::File { dev, ino },
+        };
+        let mut b = Builder::default();
+        let mut inode_loads = Vec::new();
+        let mut execs = Vec::new();
+        let mut tree: HashSet<i32> = HashSet::from([t.root_pid]);
+        let mut sync_readaheads = 0;
+        for e in &t.events {
+            match &e.kind {
+                EventKind::PageCacheAdd {
+                    dev,
+                    ino,
+                    index,
+                    order,
+                } => {
+                    let n = 1u64 << (*order).min(20);
+                    b.touch(target(*dev, *ino), *index, index + n - 1, rel(e.ts), true)
+                }
+                EventKind::MapPages {
+                    dev,
+                    ino,
+                    index,
+                    last,
+                }
+                | EventKind::GetPages {
+                    dev,
+                    ino,
+                    index,
+                    last,
+                } => b.touch(
+                    target(*dev, *ino),
+                    *index,
+                    (*last).max(*index),
+                    rel(e.ts),
+                    false,
+                ),
+                EventKind::Fault { dev, ino, index } => {
+                    b.touch(target(*dev, *ino), *index, *index, rel(e.ts), false)
+                }
+                EventKind::SyncReadahead { .. } => sync_readaheads += 1,
+                EventKind::InodeLoad { dev, ino } => inode_loads.push(InodeLoad {
+                    t: rel(e.ts),
+                    dev: *dev,
+                    ino: *ino,
+                }),
+                EventKind::ExtentLoad { .. } => {}
+                EventKind::Exec { filename, pid } => {
+                    tree.insert(*pid);
+                    execs.push(filename.clone())
+                }
+                EventKind::Fork { child, .. } => {
+                    tree.insert(*child);
+                }
+                EventKind::Exit { .. } | EventKind::BlockIssue(_) | EventKind::BlockComplete(_) => {
+                }
+            }
+        }
+        // Pair block issues with their completions by (device, sector), first in first out.
+        let mut block: Vec<BlockReq> = Vec::new();
+        let mut pending: HashMap<(Dev, u64), Vec<usize>> = HashMap::new();
+        for e in &t.block {
+            match &e.kind {
+                EventKind::BlockIssue(rq) if rq.is_read() => {
+                    pending
+                        .entry((rq.dev, rq.sector))
+                        .or_default()
+                        .push(block.len());
+                    block.push(BlockReq {
+                        issue: rel(e.ts),
+                        complete: None,
+                        dev: rq.dev,
+                        sector: rq.sector,
+                        sectors: rq.sectors,
+                        metadata: rq.is_metadata(),
+                    });
+                }
+                EventKind::BlockComplete(rq) if rq.is_read() => {
+                    if let Some(q) = pending.get_mut(&(rq.dev, rq.sector)) {
+                        if !q.is_empty() {
+                            let i = q.remove(0);
+                            block[i].complete = Some(rel(e.ts));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let opens = t
+            .opens
+            .iter()
+            .map(|o| Opened {
+                t: rel(o.t),
+                dev: o.dev,
+                ino: o.ino,
+                is_dir: o.is_dir,
+                path: o.path.clone(),
+                by_tree: tree.contains(&o.pid),
+            })
+            .collect();
+        let (exit_code, exit_signal) = match t.exit {
+            Exit::Code(c) => (Some(c), None),
+            Exit::Signal(s) => (None, Some(s)),
+        };
+        RawRun {
+            page_size,
+            accesses: b.out,
+            inode_loads,
+            opens,
+            execs,
+            block,
+            sync_readaheads,
+            duration_ns: t.end_ts.saturating_sub(exec),
+            ended: t.ended,
+            exit_code,
+            exit_signal,
+            usage: t.usage,
+        }
+    }
+}
+
+/// The launch sequence of an app: what every learning run read, in the first run's order.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSequence {
+    pub page_size: u64,
+    pub accesses: Vec<Access>,
+    pub inode_loads: Vec<InodeLoad>,
+    /// Directories the launch listed (opened as directories), in the first run's order.
+    pub dir_opens: Vec<Opened>,
+    /// Pages the first run read that some other run did not (dropped as noise).
+    pub dropped_pages: u64,
+}
+
+impl LaunchSequence {
+    pub fn pages(&self) -> u64 {
+        self.accesses.iter().map(|a| a.pages).sum()
+    }
+}
+
+/// FAST 4.1.2: keep what every run accessed, in the order (and timing) of the first run.
+pub fn extract(runs: &[RawRun]) -> LaunchSequence {
+    let Some(first) = runs.first() else {
+        return LaunchSequence::default();
+    };
+    let others: Vec<HashSet<(Target, u64)>> = runs[1..]
+        .iter()
+        .map(|r| {
+            r.accesses
+                .iter()
+                .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
+                .collect()
+        })
+        .collect();
+    let mut b = Builder::default();
+    let mut dropped = 0;
+    for a in &first.accesses {
+        for p in a.page..a.page + a.pages {
+            if others.iter().all(|s| s.contains(&(a.target, p))) {
+                b.touch(a.target, p, p, a.t, a.from_disk);
+            } else {
+                dropped += 1;
+            }
+        }
+    }
+    let in_all_inodes = |dev: Dev, ino: u64| {
+        runs[1..]
+            .iter()
+            .all(|r| r.inode_loads.iter().any(|l| l.dev == dev && l.ino == ino))
+    };
+    let mut seen = HashSet::new();
+    let inode_loads = first
+        .inode_loads
+        .iter()
+        .filter(|l| seen.insert((l.dev, l.ino)) && in_all_inodes(l.dev, l.ino))
+        .copied()
+        .collect();
+    let in_all_dirs = |o: &Opened| {
+        runs[1..].iter().all(|r| {
+            r.opens
+                .iter()
+                .any(|x| x.is_dir && x.by_tree && x.dev == o.dev && x.ino == o.ino)
+        })
+    };
+    let mut seen = HashSet::new();
+    let dir_opens = first
+        .opens
+        .iter()
+        .filter(|o| o.is_dir && o.by_tree && seen.insert((o.dev, o.ino)) && in_all_dirs(o))
+        .cloned()
+        .collect();
+    LaunchSequence {
+        page_size: first.page_size,
+        accesses: b.out,
+        inode_loads,
+        dir_opens,
+        dropped_pages: dropped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: Dev = Dev {
+        major: 254,
+        minor: 0,
+    };
+
+    fn f(ino: u64) -> Target {
+        Target::File { dev: D, ino }
+    }
+
+    fn acc(target: Target, page: u64, pages: u64, t: u64) -> Access {
+        Access {
+            target,
+            page,
+            pages,
+            t,
+            from_disk: true,
+        }
+    }
+
+    fn run(accesses: Vec<Access>) -> RawRun {
+        RawRun {
+            page_size: 4096,
+            accesses,
+            inode_loads: vec![],
+            opens: vec![],
+            execs: vec![],
+            block: vec![],
+            sync_readaheads: 0,
+            duration_ns: 0,
+            ended: EndReason::Exited,
+            exit_code: Some(0),
+            exit_signal: None,
+            usage: Usage::default(),
+        }
+    }
+
+    #[test]
+    fn builder_coalesces_and_dedups() {
+        let mut b = Builder::default();
+        b.touch(f(1), 0, 3, 10, true);
+        b.touch(f(1), 2, 5, 20, true); // 2,3 seen; 4,5 extend the run
+        b.touch(f(2), 0, 0, 30, true);
+        b.touch(f(1), 6, 6, 40, true); // not adjacent in order: a new entry
+        b.touch(f(1), 0, 6, 50, false); // all seen
+        assert_eq!(
+            b.out,
+            vec![
+                acc(f(1), 0, 6, 10),
+                acc(f(2), 0, 1, 30),
+                acc(f(1), 6, 1, 40)
+            ]
+        );
+    }
+
+    #[test]
+    fn extraction_keeps_common_pages_in_first_run_order() {
+        let r1 = run(vec![
+            acc(f(1), 0, 4, 0),
+            acc(f(9), 0, 2, 5), // noise only in run 1
+            acc(f(2), 0, 2, 10),
+        ]);
+        // Run 2 read the same in another order, lacks page 3 of file 1, has its own noise.
+        let r2 = run(vec![
+            acc(f(2), 0, 2, 0),
+            acc(f(1), 0, 3, 3),
+            acc(f(7), 0, 8, 4),
+        ]);
+        let s = extract(&[r1.clone(), r2]);
+        assert_eq!(s.accesses, vec![acc(f(1), 0, 3, 0), acc(f(2), 0, 2, 10)]);
+        assert_eq!(s.dropped_pages, 3);
+        // With one run the sequence is that run.
+        let s1 = extract(std::slice::from_ref(&r1));
+        assert_eq!(s1.accesses, r1.accesses);
+        assert_eq!(extract(&[]).accesses, vec![]);
+    }
+
+    #[test]
+    fn extraction_of_inodes_and_dirs() {
+        let mut r1 = run(vec![]);
+        let mut r2 = run(vec![]);
+        r1.inode_loads = vec![
+            InodeLoad {
+                t: 1,
+                dev: D,
+                ino: 5,
+            },
+            InodeLoad {
+                t: 2,
+                dev: D,
+                ino: 6,
+            },
+        ];
+        r2.inode_loads = vec![InodeLoad {
+            t: 9,
+            dev: D,
+            ino: 5,
+        }];
+        let dir = |ino, by_tree| Opened {
+            t: 0,
+            dev: D,
+            ino,
+            is_dir: true,
+            path: PathBuf::from("/x"),
+            by_tree,
+        };
+        r1.opens = vec![dir(11, true), dir(12, true), dir(13, false)];
+        r2.opens = vec![dir(11, true), dir(12, false)];
+        let s = extract(&[r1, r2]);
+        assert_eq!(
+            s.inode_loads,
+            vec![InodeLoad {
+                t: 1,
+                dev: D,
+                ino: 5
+            }]
+        );
+        assert_eq!(
+            s.dir_opens.iter().map(|o| o.ino).collect::<Vec<_>>(),
+            vec![11]
+        );
+    }
+
+    struct FakeDevices;
+    impl DeviceMap for FakeDevices {
+        fn block_device(&self, dev: Dev, ino: u64) -> Option<Dev> {
+            (dev.major == 0 && ino == 0x0fe0_0000).then_some(D)
+        }
+    }
+
+    #[test]
+    fn from_trace_classifies_metadata_and_pairs_block_requests() {
+        use crate::trace::{BlockRq, Event};
+        let ev = |ts, kind| Event { ts, tid: 100, kind };
+        let bdev_inode = Dev { major: 0, minor: 3 };
+        let rq = |sector| BlockRq {
+            dev: D,
+            sector,
+            sectors: 8,
+            rwbs: "RM".into(),
+        };
+        let t = TracedLaunch {
+            root_pid: 100,
+            start_ts: 1000,
+            end_ts: 9000,
+            events: vec![
+                ev(
+                    1100,
+                    EventKind::Exec {
+                        pid: 100,
+                        filename: "/bin/x".into(),
+                    },
+                ),
+                ev(
+                    1200,
+                    EventKind::PageCacheAdd {
+                        dev: bdev_inode,
+                        ino: 0x0fe0_0000,
+                        index: 7,
+                        order: 0,
+                    },
+                ),
+                ev(
+                    1300,
+                    EventKind::PageCacheAdd {
+                        dev: D,
+                        ino: 42,
+                        index: 0,
+                        order: 2,
+                    },
+                ),
+                ev(
+                    1400,
+                    EventKind::Fault {
+                        dev: D,
+                        ino: 42,
+                        index: 2,
+                    },
+                ),
+                ev(
+                    1500,
+                    EventKind::GetPages {
+                        dev: D,
+                        ino: 43,
+                        index: 0,
+                        last: 1,
+                    },
+                ),
+                ev(
+                    1600,
+                    EventKind::SyncReadahead {
+                        dev: D,
+                        ino: 42,
+                        index: 0,
+                        pages: 4,
+                    },
+                ),
+                ev(1700, EventKind::InodeLoad { dev: D, ino: 43 }),
+            ],
+            block: vec![
+                ev(1250, EventKind::BlockIssue(rq(56))),
+                ev(1290, EventKind::BlockComplete(rq(56))),
+            ],
+            opens: vec![],
+            opens_overflowed: false,
+            ended: EndReason::Exited,
+            exit: Exit::Code(0),
+            usage: Usage::default(),
+        };
+        let r = RawRun::from_trace(&t, 4096, &FakeDevices);
+        assert_eq!(
+            r.accesses,
+            vec![
+                Access {
+                    target: Target::Meta { bdev: D },
+                    page: 7,
+                    pages: 1,
+                    t: 100,
+                    from_disk: true
+                },
+                Access {
+                    target: f(42),
+                    page: 0,
+                    pages: 4,
+                    t: 200,
+                    from_disk: true
+                },
+                Access {
+                    target: f(43),
+                    page: 0,
+                    pages: 2,
+                    t: 400,
+                    from_disk: false
+                },
+            ]
+        );
+        assert_eq!(r.sync_readaheads, 1);
+        assert_eq!(
+            r.inode_loads,
+            vec![InodeLoad {
+                t: 600,
+                dev: D,
+                ino: 43
+            }]
+        );
+        assert_eq!(r.block.len(), 1);
+        assert_eq!((r.block[0].issue, r.block[0].complete), (150, Some(190)));
+        assert!(r.block[0].metadata);
+        assert_eq!(r.execs, vec!["/bin/x".to_string()]);
+        assert_eq!(r.duration_ns, 7900);
+        assert_eq!(r.disk_bytes(), 5 * 4096);
+    }
+}

@@ -1,0 +1,590 @@
+//! State: one SQLite database (WAL, foreign keys, transactions) holding apps, their raw
+//! learning runs, their plans and their launch history. Plans and runs are stored as codec
+//! blobs; a blob that fails to decode reads as an error for that app, never a crash.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use crate::app::AppKey;
+use crate::codec::{self, CodecError};
+use crate::plan::Plan;
+use crate::sequence::RawRun;
+
+pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
+const RUN_MAGIC: [u8; 4] = *b"WSRR";
+const RUN_VERSION: u16 = 1;
+const SCHEMA_VERSION: i64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {source}")]
+    Sql {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot create {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no app matches `{0}` (see `warmstart plan list`)")]
+    NoSuchApp(String),
+    #[error("`{query}` matches several apps; use the full key:\n  {}", candidates.join("\n  "))]
+    Ambiguous {
+        query: String,
+        candidates: Vec<String>,
+    },
+    #[error("the plan of `{app}` is corrupt ({source}); relearn it with `warmstart record`, or remove it with `warmstart plan rm`")]
+    CorruptPlan {
+        app: String,
+        #[source]
+        source: CodecError,
+    },
+    #[error(
+        "database {path} was written by a newer warmstart (schema {found}, this one knows {known})"
+    )]
+    Schema {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("encoding: {0}")]
+    Codec(#[from] CodecError),
+}
+
+/// A stored learning run: (id, recorded at, the run or why it does not decode).
+pub type StoredRun = (i64, i64, Result<RawRun, CodecError>);
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AppRow {
+    pub id: i64,
+    pub key: String,
+    pub exe: String,
+    pub strategy: Option<String>,
+    pub enabled: bool,
+}
+
+/// One line of `plan list`.
+#[derive(Clone, Debug, Serialize)]
+pub struct AppListRow {
+    pub app: String,
+    pub has_plan: bool,
+    pub entries: Option<i64>,
+    pub bytes: Option<i64>,
+    pub runs: i64,
+    pub launches: i64,
+    pub planned_at: Option<i64>,
+}
+
+/// One launch in the history.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    pub at_unix: i64,
+    /// `run` (prefetched), `run-noplan`, `record`.
+    pub mode: String,
+    pub wall_ms: f64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub major_faults: u64,
+    pub prefetched_bytes: u64,
+    pub stale_files: u32,
+    pub prefetch_ms: f64,
+}
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Open (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.exists() {
+                std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+                // State is private: plans list what an app reads.
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+            }
+        }
+        let sql = |source| StoreError::Sql {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(sql)?;
+        // Switching to WAL needs a moment alone with the file and reports BUSY without waiting
+        // when another process is opening it too; WAL is persistent, so only switch once.
+        let mut tries = 0;
+        loop {
+            let mode: rusqlite::Result<String> =
+                conn.pragma_query_value(None, "journal_mode", |r| r.get(0));
+            match mode {
+                Ok(m) if m.eq_ignore_ascii_case("wal") => break,
+                Ok(_) => match conn.pragma_update(None, "journal_mode", "WAL") {
+                    Ok(()) => break,
+                    Err(e) if tries < 100 && is_busy(&e) => {}
+                    Err(e) => return Err(sql(e)),
+                },
+                Err(e) if tries < 100 && is_busy(&e) => {}
+                Err(e) => return Err(sql(e)),
+            }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(sql)?;
+        let mut s = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
+        s.migrate()?;
+        Ok(s)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    fn migrate(&mut self) -> Result<(), StoreError> {
+        let v: i64 = self
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(|e| self.sql(e))?;
+        if v > SCHEMA_VERSION {
+            return Err(StoreError::Schema {
+                path: self.path.clone(),
+                found: v,
+                known: SCHEMA_VERSION,
+            });
+        }
+        if v < 1 {
+            self.conn
+                .execute_batch(
+                    "BEGIN IMMEDIATE;
+                     CREATE TABLE IF NOT EXISTS apps(
+                        id INTEGER PRIMARY KEY,
+                        key TEXT NOT NULL UNIQUE,
+                        exe TEXT NOT NULL,
+                        strategy TEXT,
+                        enabled INTEGER NOT NULL DEFAULT 1,
+                        created_at INTEGER NOT NULL);
+                     CREATE TABLE IF NOT EXISTS runs(
+                        id INTEGER PRIMARY KEY,
+                        app_id INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                        recorded_at INTEGER NOT NULL,
+                        data BLOB NOT NULL);
+                     CREATE INDEX IF NOT EXISTS runs_app ON runs(app_id);
+                     CREATE TABLE IF NOT EXISTS plans(
+                        app_id INTEGER PRIMARY KEY REFERENCES apps(id) ON DELETE CASCADE,
+                        created_at INTEGER NOT NULL,
+                        entries INTEGER NOT NULL,
+                        bytes INTEGER NOT NULL,
+                        data BLOB NOT NULL);
+                     CREATE TABLE IF NOT EXISTS launches(
+                        id INTEGER PRIMARY KEY,
+                        app_id INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                        at INTEGER NOT NULL,
+                        mode TEXT NOT NULL,
+                        data TEXT NOT NULL);
+                     CREATE INDEX IF NOT EXISTS launches_app ON launches(app_id);
+                     PRAGMA user_version = 1;
+                     COMMIT;",
+                )
+                .map_err(|e| self.sql(e))?;
+        }
+        Ok(())
+    }
+
+    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AppRow> {
+        Ok(AppRow {
+            id: r.get(0)?,
+            key: r.get(1)?,
+            exe: r.get(2)?,
+            strategy: r.get(3)?,
+            enabled: r.get::<_, i64>(4)? != 0,
+        })
+    }
+
+    pub fn app_by_key(&self, key: &str) -> Result<Option<AppRow>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT id, key, exe, strategy, enabled FROM apps WHERE key = ?1",
+                [key],
+                Self::row,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Find an app by its exact key, else by a unique substring of its key.
+    pub fn find_app(&self, query: &str) -> Result<AppRow, StoreError> {
+        if let Some(a) = self.app_by_key(query)? {
+            return Ok(a);
+        }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, key, exe, strategy, enabled FROM apps ORDER BY key")
+            .map_err(|e| self.sql(e))?;
+        let all: Vec<AppRow> = stmt
+            .query_map([], Self::row)
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.sql(e))?;
+        let hits: Vec<AppRow> = all.into_iter().filter(|a| a.key.contains(query)).collect();
+        match hits.len() {
+            0 => Err(StoreError::NoSuchApp(query.to_string())),
+            1 => Ok(hits
+                .into_iter()
+                .next()
+                .ok_or_else(|| StoreError::NoSuchApp(query.into()))?),
+            _ => Err(StoreError::Ambiguous {
+                query: query.to_string(),
+                candidates: hits.into_iter().map(|a| a.key).collect(),
+            }),
+        }
+    }
+
+    pub fn upsert_app(&mut self, key: &AppKey) -> Result<i64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO apps(key, exe, created_at) VALUES(?1, ?2, ?3)
+                 ON CONFLICT(key) DO UPDATE SET exe = excluded.exe",
+                params![key.key, key.exe.display().to_string(), now_unix()],
+            )
+            .map_err(|e| self.sql(e))?;
+        self.app_by_key(&key.key)?
+            .map(|a| a.id)
+            .ok_or_else(|| StoreError::NoSuchApp(key.key.clone()))
+    }
+
+    /// Replace an app's runs and plan in one transaction; returns the new run ids. The plan's
+    /// provenance is filled with those ids before it is stored.
+    pub fn save_learning(
+        &mut self,
+        app_id: i64,
+        runs: &[RawRun],
+        plan: &mut Plan,
+    ) -> Result<Vec<i64>, StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute("DELETE FROM runs WHERE app_id = ?1", [app_id])
+            .map_err(sql)?;
+        let mut ids = Vec::new();
+        for r in runs {
+            let blob = codec::encode(RUN_MAGIC, RUN_VERSION, r)?;
+            tx.execute(
+                "INSERT INTO runs(app_id, recorded_at, data) VALUES(?1, ?2, ?3)",
+                params![app_id, now_unix(), blob],
+            )
+            .map_err(sql)?;
+            ids.push(tx.last_insert_rowid());
+        }
+        plan.provenance.runs = ids.clone();
+        Self::put_plan_tx(&tx, app_id, plan).map_err(|e| match e {
+            StoreError::Sql { source, .. } => sql(source),
+            other => other,
+        })?;
+        tx.commit().map_err(sql)?;
+        Ok(ids)
+    }
+
+    fn put_plan_tx(
+        tx: &rusqlite::Transaction<'_>,
+        app_id: i64,
+        plan: &Plan,
+    ) -> Result<(), StoreError> {
+        let blob = plan.encode()?;
+        let s = plan.summary();
+        tx.execute(
+            "INSERT INTO plans(app_id, created_at, entries, bytes, data) VALUES(?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(app_id) DO UPDATE SET created_at = excluded.created_at,
+                entries = excluded.entries, bytes = excluded.bytes, data = excluded.data",
+            params![app_id, now_unix(), s.entries as i64, s.bytes as i64, blob],
+        )
+        .map_err(|source| StoreError::Sql {
+            path: PathBuf::new(),
+            source,
+        })?;
+        Ok(())
+    }
+
+    /// The app's plan: Ok(None) if it has none; a corrupt blob is `CorruptPlan`.
+    pub fn plan(&self, app: &AppRow) -> Result<Option<Plan>, StoreError> {
+        let blob: Option<Vec<u8>> = self
+            .conn
+            .query_row("SELECT data FROM plans WHERE app_id = ?1", [app.id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        match blob {
+            None => Ok(None),
+            Some(b) => Plan::decode(&b)
+                .map(Some)
+                .map_err(|source| StoreError::CorruptPlan {
+                    app: app.key.clone(),
+                    source,
+                }),
+        }
+    }
+
+    /// The app's stored learning runs, each decoded or its decode error.
+    pub fn runs(&self, app_id: i64) -> Result<Vec<StoredRun>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, recorded_at, data FROM runs WHERE app_id = ?1 ORDER BY id")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([app_id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                ))
+            })
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, at, blob)| (id, at, codec::decode(RUN_MAGIC, RUN_VERSION, &blob)))
+            .collect())
+    }
+
+    pub fn list(&self) -> Result<Vec<AppListRow>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT a.key, p.entries, p.bytes, p.created_at,
+                    (SELECT COUNT(*) FROM runs r WHERE r.app_id = a.id),
+                    (SELECT COUNT(*) FROM launches l WHERE l.app_id = a.id)
+                 FROM apps a LEFT JOIN plans p ON p.app_id = a.id ORDER BY a.key",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                let entries: Option<i64> = r.get(1)?;
+                Ok(AppListRow {
+                    app: r.get(0)?,
+                    has_plan: entries.is_some(),
+                    entries,
+                    bytes: r.get(2)?,
+                    planned_at: r.get(3)?,
+                    runs: r.get(4)?,
+                    launches: r.get(5)?,
+                })
+            })
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(rows)
+    }
+
+    pub fn remove_app(&mut self, app_id: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM apps WHERE id = ?1", [app_id])
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn add_launch(&mut self, app_id: i64, l: &LaunchRecord) -> Result<(), StoreError> {
+        let data = serde_json::to_string(l).unwrap_or_else(|_| "{}".into());
+        self.conn
+            .execute(
+                "INSERT INTO launches(app_id, at, mode, data) VALUES(?1, ?2, ?3, ?4)",
+                params![app_id, l.at_unix, l.mode, data],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// Most recent launches first.
+    pub fn launches(&self, app_id: i64, limit: usize) -> Result<Vec<LaunchRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT data FROM launches WHERE app_id = ?1 ORDER BY id DESC LIMIT ?2")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![app_id, limit as i64], |r| r.get::<_, String>(0))
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(rows
+            .iter()
+            .filter_map(|s| serde_json::from_str(s).ok())
+            .collect())
+    }
+
+    /// Test hook: overwrite an app's plan blob with arbitrary bytes.
+    #[doc(hidden)]
+    pub fn corrupt_plan_for_test(&mut self, app_id: i64, bytes: &[u8]) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE plans SET data = ?1 WHERE app_id = ?2",
+                params![bytes, app_id],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::sample_plan;
+    use crate::sys::Usage;
+    use crate::trace::EndReason;
+
+    fn raw_run() -> RawRun {
+        RawRun {
+            page_size: 4096,
+            accesses: vec![],
+            inode_loads: vec![],
+            opens: vec![],
+            execs: vec!["/usr/bin/x".into()],
+            block: vec![],
+            sync_readaheads: 3,
+            duration_ns: 5,
+            ended: EndReason::Idle,
+            exit_code: Some(0),
+            exit_signal: None,
+            usage: Usage::default(),
+        }
+    }
+
+    fn key(k: &str) -> AppKey {
+        AppKey::named(k, Path::new("/usr/bin/x"))
+    }
+
+    #[test]
+    fn round_trip_apps_runs_plans_launches() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("sub/ws.db");
+        let mut s = Store::open(&db).unwrap();
+        let id = s.upsert_app(&key("/usr/bin/x -c a")).unwrap();
+        assert_eq!(s.upsert_app(&key("/usr/bin/x -c a")).unwrap(), id);
+        let mut plan = sample_plan();
+        let ids = s
+            .save_learning(id, &[raw_run(), raw_run()], &mut plan)
+            .unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(plan.provenance.runs, ids);
+        drop(s);
+
+        let s = Store::open(&db).unwrap();
+        let app = s.find_app("/usr/bin/x -c a").unwrap();
+        assert_eq!(s.plan(&app).unwrap().unwrap(), plan);
+        let runs = s.runs(app.id).unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[0].2.as_ref().unwrap(), &raw_run());
+        let list = s.list().unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].entries, Some(5));
+        assert_eq!(list[0].runs, 2);
+    }
+
+    #[test]
+    fn relearning_replaces_runs_and_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let id = s.upsert_app(&key("a")).unwrap();
+        s.save_learning(id, &[raw_run(), raw_run()], &mut sample_plan())
+            .unwrap();
+        let mut p2 = sample_plan();
+        p2.strategy = "other".into();
+        s.save_learning(id, &[raw_run()], &mut p2).unwrap();
+        assert_eq!(s.runs(id).unwrap().len(), 1);
+        let app = s.find_app("a").unwrap();
+        assert_eq!(s.plan(&app).unwrap().unwrap().strategy, "other");
+    }
+
+    #[test]
+    fn lookup_by_substring_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        s.upsert_app(&key("/usr/bin/python3.11 -c 'import json'"))
+            .unwrap();
+        s.upsert_app(&key("/usr/bin/python3.11 /srv/app.py"))
+            .unwrap();
+        s.upsert_app(&key("/usr/lib/libreoffice/program/soffice.bin"))
+            .unwrap();
+        assert!(s.find_app("soffice").is_ok());
+        assert!(matches!(
+            s.find_app("python3.11"),
+            Err(StoreError::Ambiguous { .. })
+        ));
+        assert!(matches!(s.find_app("gimp"), Err(StoreError::NoSuchApp(_))));
+    }
+
+    #[test]
+    fn corrupt_plan_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let id = s.upsert_app(&key("a")).unwrap();
+        s.save_learning(id, &[raw_run()], &mut sample_plan())
+            .unwrap();
+        let mut blob = sample_plan().encode().unwrap();
+        blob[20] ^= 0xff;
+        s.corrupt_plan_for_test(id, &blob).unwrap();
+        let app = s.find_app("a").unwrap();
+        assert!(matches!(s.plan(&app), Err(StoreError::CorruptPlan { .. })));
+    }
+
+    #[test]
+    fn launches_and_removal_cascade() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let id = s.upsert_app(&key("a")).unwrap();
+        s.save_learning(id, &[raw_run()], &mut sample_plan())
+            .unwrap();
+        let l = LaunchRecord {
+            at_unix: 1,
+            mode: "run".into(),
+            wall_ms: 12.5,
+            exit_code: Some(0),
+            ..LaunchRecord::default()
+        };
+        s.add_launch(id, &l).unwrap();
+        assert_eq!(s.launches(id, 10).unwrap(), vec![l]);
+        s.remove_app(id).unwrap();
+        assert!(s.list().unwrap().is_empty());
+        assert!(s.runs(id).unwrap().is_empty());
+        assert!(s.launches(id, 10).unwrap().is_empty());
+    }
+}

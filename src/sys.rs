@@ -1,0 +1,276 @@
+//! Small safe wrappers over the syscalls no crate wraps for us (readahead, cachestat, wait4
+//! with rusage) and device-number conversions. Every `unsafe` block of the crate except the
+//! fork in `launch` lives here.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// A device number as (major, minor). The kernel's tracepoints encode it as
+/// `major << 20 | minor`; userspace `stat` uses glibc's `makedev` layout. Keeping the pair
+/// avoids mixing the two encodings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Dev {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Dev {
+    /// From the kernel-internal encoding used by tracepoints (`MKDEV`).
+    pub fn from_kernel(raw: u64) -> Dev {
+        Dev {
+            major: ((raw >> 20) & 0xfff) as u32,
+            minor: (raw & 0xfffff) as u32,
+        }
+    }
+
+    /// From a userspace `st_dev` / `st_rdev`.
+    pub fn from_user(raw: u64) -> Dev {
+        Dev {
+            major: libc::major(raw),
+            minor: libc::minor(raw),
+        }
+    }
+
+    pub fn to_user(self) -> u64 {
+        libc::makedev(self.major, self.minor)
+    }
+}
+
+impl std::fmt::Display for Dev {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+/// Page size of this machine (tracepoint page indexes are in these units).
+pub fn page_size() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .map(|v| v as u64)
+        .unwrap_or(4096)
+}
+
+/// `readahead(2)`: start asynchronous reads of `[offset, offset+len)` into the page cache.
+pub fn readahead(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: readahead only reads its integer arguments; the fd is valid for the borrow.
+    let rc = unsafe { libc::readahead(fd.as_raw_fd(), offset as libc::off64_t, len as usize) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Page-cache residency of a file range, from `cachestat(2)` (Linux 6.5+). Unlike mincore it
+/// needs no mapping and does not depend on write permission.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStat {
+    pub cached_pages: u64,
+    pub dirty_pages: u64,
+}
+
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct CachestatRaw {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Residency of `[offset, offset+len)`; `len == 0` means to the end of the file.
+pub fn cachestat(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<CacheStat> {
+    let range = CachestatRange { off: offset, len };
+    let mut out = CachestatRaw::default();
+    // SAFETY: both pointers refer to live, properly sized #[repr(C)] structs matching the
+    // kernel's struct cachestat_range / struct cachestat; flags must be 0.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut out as *mut CachestatRaw,
+            0u32,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(CacheStat {
+        cached_pages: out.nr_cache,
+        dirty_pages: out.nr_dirty,
+    })
+}
+
+/// Cached pages of a whole file, by path.
+pub fn cached_pages_of(path: &Path) -> io::Result<u64> {
+    let f = std::fs::File::open(path)?;
+    use std::os::fd::AsFd;
+    Ok(cachestat(f.as_fd(), 0, 0)?.cached_pages)
+}
+
+/// Resource usage of a reaped child.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub major_faults: u64,
+    pub minor_faults: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+    pub user_us: u64,
+    pub sys_us: u64,
+    pub max_rss_kb: u64,
+}
+
+/// How a reaped child ended, as `waitpid` reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    pub fn success(self) -> bool {
+        self == Exit::Code(0)
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit status {c}"),
+            Exit::Signal(s) => {
+                let name = nix::sys::signal::Signal::try_from(*s)
+                    .map(|s| s.as_str().to_string())
+                    .unwrap_or_else(|_| format!("signal {s}"));
+                write!(f, "killed by {name}")
+            }
+        }
+    }
+}
+
+/// `wait4(2)`: reap `pid` (or any child with -1), blocking unless `nohang`. Returns None when
+/// `nohang` and nothing has exited yet.
+pub fn wait4(pid: i32, nohang: bool) -> io::Result<Option<(i32, Exit, Usage)>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data; zeroed is a valid value for it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let flags = if nohang { libc::WNOHANG } else { 0 };
+    loop {
+        // SAFETY: status and ru point to live locals of the types wait4 expects.
+        let rc = unsafe { libc::wait4(pid, &mut status, flags, &mut ru) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(err);
+        }
+        if rc == 0 {
+            return Ok(None);
+        }
+        let exit = if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            Exit::Code(libc::WEXITSTATUS(status))
+        };
+        let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+        let usage = Usage {
+            major_faults: ru.ru_majflt as u64,
+            minor_faults: ru.ru_minflt as u64,
+            voluntary_switches: ru.ru_nvcsw as u64,
+            involuntary_switches: ru.ru_nivcsw as u64,
+            user_us: tv(ru.ru_utime),
+            sys_us: tv(ru.ru_stime),
+            max_rss_kb: ru.ru_maxrss as u64,
+        };
+        return Ok(Some((rc, exit, usage)));
+    }
+}
+
+/// Current CLOCK_MONOTONIC in nanoseconds: the clock our tracefs instances use (`mono`), so
+/// userspace instants and event timestamps compare directly.
+pub fn monotonic_ns() -> u64 {
+    // CLOCK_MONOTONIC cannot fail on Linux; 0 keeps the signature infallible.
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|ts| ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
+/// Whether the effective user is root (most commands need CAP_SYS_ADMIN in practice).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// `MemAvailable` from /proc/meminfo, in bytes.
+pub fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_meminfo_available(&text)
+}
+
+fn parse_meminfo_available(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
+/// `sync(2)`, then drop clean page cache, dentries and inodes (`echo 3 > drop_caches`).
+pub fn drop_caches() -> io::Result<()> {
+    nix::unistd::sync();
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_dev_encoding() {
+        let d = Dev::from_kernel(0x0fe0_0000);
+        assert_eq!(
+            d,
+            Dev {
+                major: 254,
+                minor: 0
+            }
+        );
+        let d = Dev::from_kernel((8 << 20) | 17);
+        assert_eq!((d.major, d.minor), (8, 17));
+        assert_eq!(Dev::from_user(d.to_user()), d);
+        assert_eq!(d.to_string(), "8:17");
+    }
+
+    #[test]
+    fn meminfo() {
+        let t = "MemTotal:       24684096 kB\nMemFree:        23000000 kB\nMemAvailable:   23500000 kB\n";
+        assert_eq!(parse_meminfo_available(t), Some(23_500_000 * 1024));
+        assert_eq!(parse_meminfo_available("junk"), None);
+    }
+
+    #[test]
+    fn cachestat_sees_written_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![7u8; 64 * 1024]).unwrap();
+        match cached_pages_of(&p) {
+            Ok(n) => assert!(n >= 1, "a just-written file is cached"),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                crate::testutil::skip(&format!("cachestat(2) not available: {e}"))
+            }
+            Err(e) => panic!("cachestat failed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Which files and directories were opened (or executed) during a recording, with their paths,
+//! from fanotify filesystem marks. This is how inode numbers in the trace become paths without
+//! walking the filesystem: every file a launch reads was opened by it first, and fanotify hands
+//! us an fd to each opened file that we `fstat` and `readlink` on the spot.
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
+use nix::sys::stat::{fstat, SFlag};
+use serde::{Deserialize, Serialize};
+
+use super::TraceError;
+use crate::sys::{monotonic_ns, Dev};
+
+/// One opened file, as seen at open time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenRecord {
+    /// CLOCK_MONOTONIC ns when the monitor received the event (shortly after the open).
+    pub t: u64,
+    /// Process (tgid) that opened it.
+    pub pid: i32,
+    pub dev: Dev,
+    pub ino: u64,
+    pub is_dir: bool,
+    pub path: PathBuf,
+}
+
+/// Filesystem types that never do block I/O worth prefetching.
+const PSEUDO_FS: &[&str] = &[
+    "proc",
+    "sysfs",
+    "devtmpfs",
+    "devpts",
+    "tmpfs",
+    "cgroup",
+    "cgroup2",
+    "tracefs",
+    "debugfs",
+    "securityfs",
+    "pstore",
+    "bpf",
+    "mqueue",
+    "hugetlbfs",
+    "configfs",
+    "fusectl",
+    "autofs",
+    "binfmt_misc",
+    "nsfs",
+    "efivarfs",
+    "rpc_pipefs",
+    "ramfs",
+    "overlay",
+    "squashfs",
+    "fuse",
+];
+
+/// Mount points of filesystems worth marking, one per filesystem, from a mountinfo text.
+pub fn block_mounts(mountinfo: &str) -> Vec<PathBuf> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        let mut parts = line.split(" - ");
+        let (Some(left), Some(right)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let fstype = right.split_whitespace().next().unwrap_or("");
+        if PSEUDO_FS.contains(&fstype) || fstype.starts_with("fuse.") {
+            continue;
+        }
+        let fields: Vec<&str> = left.split_whitespace().collect();
+        let (Some(devno), Some(mp)) = (fields.get(2), fields.get(4)) else {
+            continue;
+        };
+        if seen.insert(devno.to_string()) {
+            out.push(PathBuf::from(mp.replace("\\040", " ")));
+        }
+    }
+    out
+}
+
+/// A running fanotify monitor; `finish` stops it and returns what it saw.
+pub struct OpenMonitor {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<Outcome, TraceError>>>,
+}
+
+struct Outcome {
+    records: Vec<OpenRecord>,
+    overflowed: bool,
+}
+
+impl OpenMonitor {
+    pub fn start() -> Result<OpenMonitor, TraceError> {
+        let fan = Fanotify::init(
+            InitFlags::FAN_CLOEXEC
+                | InitFlags::FAN_NONBLOCK
+                | InitFlags::FAN_CLASS_NOTIF
+                | InitFlags::FAN_UNLIMITED_QUEUE,
+            EventFFlags::O_RDONLY
+                | EventFFlags::O_LARGEFILE
+                | EventFFlags::O_CLOEXEC
+                | EventFFlags::O_NOATIME
+                | EventFFlags::O_NONBLOCK,
+        )
+        .map_err(|e| TraceError::Fanotify(format!("fanotify_init: {e}")))?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| TraceError::io(Path::new("/proc/self/mountinfo"), e))?;
+        let mut marked = 0;
+        for mp in block_mounts(&mountinfo) {
+            let r = fan.mark(
+                MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_FILESYSTEM,
+                MaskFlags::FAN_OPEN | MaskFlags::FAN_OPEN_EXEC | MaskFlags::FAN_ONDIR,
+                nix::fcntl::AT_FDCWD,
+                Some(&mp),
+            );
+            match r {
+                Ok(()) => marked += 1,
+                Err(e) => tracing::debug!("fanotify mark {}: {e}", mp.display()),
+            }
+        }
+        if marked == 0 {
+            return Err(TraceError::Fanotify(
+                "could not mark any mounted filesystem".into(),
+            ));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("warmstart-opens".into())
+            .spawn(move || run(fan, stop2))
+            .map_err(|e| TraceError::Fanotify(format!("spawn monitor thread: {e}")))?;
+        Ok(OpenMonitor {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop and collect. Records are in arrival order, one per distinct (dev, ino, path).
+    pub fn finish(mut self) -> Result<(Vec<OpenRecord>, bool), TraceError> {
+        self.stop.store(true, Ordering::SeqCst);
+        let t = self
+            .thread
+            .take()
+            .ok_or_else(|| TraceError::Fanotify("monitor already finished".into()))?;
+        let out = t
+            .join()
+            .map_err(|_| TraceError::Fanotify("monitor thread panicked".into()))??;
+        Ok((out.records, out.overflowed))
+    }
+}
+
+impl Drop for OpenMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(fan: Fanotify, stop: Arc<AtomicBool>) -> Result<Outcome, TraceError> {
+    let mut seen = HashSet::new();
+    let mut out = Outcome {
+        records: Vec::new(),
+        overflowed: false,
+    };
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        {
+            let mut fds = [PollFd::new(fan.as_fd(), PollFlags::POLLIN)];
+            // On stop, drain what is queued without waiting.
+            let timeout = if stopping { 0u16 } else { 50u16 };
+            match poll(&mut fds, PollTimeout::from(timeout)) {
+                Ok(0) if stopping => break,
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(TraceError::Fanotify(format!("poll: {e}"))),
+            }
+        }
+        let events = match fan.read_events() {
+            Ok(ev) => ev,
+            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(TraceError::Fanotify(format!("read: {e}"))),
+        };
+        let t = monotonic_ns();
+        for ev in events {
+            if ev.mask().contains(MaskFlags::FAN_Q_OVERFLOW) {
+                out.overflowed = true;
+                continue;
+            }
+            let Some(fd) = ev.fd() else {
+                continue;
+            };
+            let Ok(st) = fstat(fd) else { continue };
+            let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+            let is_dir = fmt == SFlag::S_IFDIR;
+            if !(is_dir || fmt == SFlag::S_IFREG) {
+                continue;
+            }
+            let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+            let Ok(path) = std::fs::read_link(&link) else {
+                continue;
+            };
+            if path.to_string_lossy().ends_with(" (deleted)") {
+                continue;
+            }
+            let dev = Dev::from_user(st.st_dev);
+            let ino = st.st_ino;
+            if seen.insert((dev, ino, path.clone())) {
+                out.records.push(OpenRecord {
+                    t,
+                    pid: ev.pid(),
+                    dev,
+                    ino,
+                    is_dir,
+                    path,
+                });
+            }
+            // The event's fd is closed when `ev` drops.
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_one_mount_per_block_filesystem() {
+        let mi = "22 27 0:21 / /proc rw,relatime - proc proc rw\n\
+                  27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n\
+                  28 27 254:0 /home /home rw,relatime - ext4 /dev/vda rw\n\
+                  29 27 0:44 / /data rw - btrfs /dev/vdb rw\n\
+                  30 24 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n";
+        assert_eq!(
+            block_mounts(mi),
+            vec![PathBuf::from("/"), PathBuf::from("/data")]
+        );
+    }
+
+    #[test]
+    fn sees_an_open_with_its_path() {
+        if !crate::sys::is_root() {
+            return crate::testutil::skip("fanotify filesystem marks need root");
+        }
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let p = dir.path().join("seen-by-fanotify");
+        std::fs::write(&p, b"x").unwrap();
+        let mon = OpenMonitor::start().unwrap();
+        // Give the thread a moment to poll, then open.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _ = std::fs::read(&p).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (recs, overflow) = mon.finish().unwrap();
+        assert!(!overflow);
+        let canon = std::fs::canonicalize(&p).unwrap();
+        let hit = recs.iter().find(|r| r.path == canon);
+        let r = hit.unwrap_or_else(|| panic!("open of {} not reported", canon.display()));
+        assert_eq!(r.pid as u32, std::process::id());
+        assert!(!r.is_dir);
+    }
+}

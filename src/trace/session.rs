@@ -1,0 +1,438 @@
+//! One traced launch: drop caches, zero ext4 inode readahead, create private instances that
+//! follow the command's process tree (set_event_pid + event-fork), start the command, stream
+//! the per-CPU raw buffers until the tree exits, goes idle, or times out, then undo every
+//! kernel change. Lost events are an error, never silence.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::event::{Decoder, Event, EventKind, BLOCK_EVENTS, LAUNCH_EVENTS};
+use super::format::{EventFormat, PageHeader};
+use super::knobs::KnobGuard;
+use super::opens::{OpenMonitor, OpenRecord};
+use super::ringbuf::parse_page;
+use super::tracefs::{Instance, Tracefs};
+use super::TraceError;
+use crate::launch::spawn_gated;
+use crate::sys::{self, monotonic_ns, Exit, Usage};
+
+/// How a recording is run (FAST's T_idle and T_timeout, and the buffer size).
+#[derive(Clone, Debug)]
+pub struct TraceConfig {
+    /// Per-CPU ring buffer size of the launch instance.
+    pub buffer_kb: u32,
+    /// Stop when no file access happened for this long (FAST T_idle).
+    pub idle: Duration,
+    /// Stop after this long regardless (FAST T_timeout).
+    pub timeout: Duration,
+    /// Drop the page cache first, so the trace sees a cold launch.
+    pub drop_caches: bool,
+    /// Where the knob-restore journal lives (normally /run/warmstart).
+    pub run_dir: PathBuf,
+    /// Where ext4's per-filesystem knobs live (normally /sys/fs/ext4).
+    pub sys_ext4: PathBuf,
+}
+
+impl Default for TraceConfig {
+    fn default() -> Self {
+        TraceConfig {
+            buffer_kb: 16384,
+            idle: Duration::from_secs(2),
+            timeout: Duration::from_secs(30),
+            drop_caches: true,
+            run_dir: PathBuf::from(super::knobs::RUN_DIR),
+            sys_ext4: PathBuf::from("/sys/fs/ext4"),
+        }
+    }
+}
+
+/// Why tracing stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    /// The whole process tree exited.
+    Exited,
+    /// No file access for `idle`.
+    Idle,
+    /// `timeout` elapsed.
+    Timeout,
+}
+
+/// Everything one traced launch produced.
+#[derive(Debug)]
+pub struct TracedLaunch {
+    pub root_pid: i32,
+    /// CLOCK_MONOTONIC ns when the command was released to exec.
+    pub start_ts: u64,
+    /// When tracing stopped.
+    pub end_ts: u64,
+    /// Launch events of the traced tree, in time order.
+    pub events: Vec<Event>,
+    /// Block request events of the whole system during the launch, in time order.
+    pub block: Vec<Event>,
+    pub opens: Vec<OpenRecord>,
+    pub opens_overflowed: bool,
+    pub ended: EndReason,
+    pub exit: Exit,
+    pub usage: Usage,
+}
+
+impl TracedLaunch {
+    /// Timestamp of the root's exec (falls back to the release time).
+    pub fn exec_ts(&self) -> u64 {
+        self.events
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::Exec { pid, .. } if *pid == self.root_pid => Some(e.ts),
+                _ => None,
+            })
+            .unwrap_or(self.start_ts)
+    }
+}
+
+/// Streams one instance's per-CPU buffers into decoded events.
+struct Reader {
+    fds: Vec<(usize, OwnedFd)>,
+    decoder: Decoder,
+    header: PageHeader,
+    buf: Vec<u8>,
+    events: Vec<Event>,
+    missed: u64,
+}
+
+impl Reader {
+    fn new(
+        inst: &Instance,
+        formats: &[EventFormat],
+        header: PageHeader,
+    ) -> Result<Reader, TraceError> {
+        let mut fds = Vec::new();
+        for cpu in inst.cpus() {
+            fds.push((cpu, inst.open_raw(cpu)?));
+        }
+        Ok(Reader {
+            fds,
+            decoder: Decoder::new(formats)?,
+            header,
+            buf: vec![0u8; inst.subbuf_bytes()],
+            events: Vec::new(),
+            missed: 0,
+        })
+    }
+
+    /// Read everything available now; returns the newest file-access timestamp seen.
+    fn drain(&mut self) -> Result<Option<u64>, TraceError> {
+        let mut newest = None;
+        for (cpu, fd) in &self.fds {
+            loop {
+                let n = match nix::unistd::read(fd, &mut self.buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(nix::errno::Errno::EAGAIN) => break,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => {
+                        return Err(TraceError::Format(format!(
+                            "reading cpu{cpu} ring buffer: {e}"
+                        )))
+                    }
+                };
+                let mut err = None;
+                let info = parse_page(&self.buf[..n], &self.header, |ts, rec| {
+                    match self.decoder.decode(ts, rec) {
+                        Ok(Some(e)) => {
+                            if is_access(&e.kind) {
+                                newest = Some(newest.map_or(e.ts, |t: u64| t.max(e.ts)));
+                            }
+                            self.events.push(e)
+                        }
+                        Ok(None) => {}
+                        Err(e) => err = Some(e),
+                    }
+                })?;
+                if let Some(e) = err {
+                    return Err(e);
+                }
+                self.missed += info.missed.unwrap_or(0);
+            }
+        }
+        Ok(newest)
+    }
+
+    fn into_sorted(mut self) -> Vec<Event> {
+        self.events.sort_by_key(|e| e.ts);
+        self.events
+    }
+}
+
+fn is_access(k: &EventKind) -> bool {
+    matches!(
+        k,
+        EventKind::PageCacheAdd { .. }
+            | EventKind::MapPages { .. }
+            | EventKind::Fault { .. }
+            | EventKind::GetPages { .. }
+    )
+}
+
+fn formats(tfs: &Tracefs, list: &[(&str, &str)]) -> Result<Vec<EventFormat>, TraceError> {
+    let mut out = Vec::new();
+    for (sys, ev) in list {
+        match tfs.event_format(sys, ev) {
+            Ok(f) => out.push(f),
+            // ext4 events only exist when ext4 is built in; other filesystems go without.
+            Err(TraceError::MissingEvent(name)) if *sys == "ext4" => {
+                tracing::debug!("tracepoint {name} absent; not tracing it")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+fn configure(
+    inst: &Instance,
+    formats: &[EventFormat],
+    buffer_kb: u32,
+    systems: &[(&str, &str)],
+) -> Result<(), TraceError> {
+    inst.write("trace_clock", "mono")?;
+    inst.write("buffer_size_kb", &buffer_kb.to_string())?;
+    // Producer/consumer mode: a full buffer drops new events and counts them, which we check.
+    inst.write("options/overwrite", "0")?;
+    for (sys, ev) in systems {
+        if formats.iter().any(|f| f.name == *ev) {
+            inst.enable_event(sys, ev)?;
+        }
+    }
+    Ok(())
+}
+
+/// Trace one launch of `exe argv...`. `interrupt` holds a signal number when the user asked
+/// to stop (Ctrl-C): the command's tree is terminated and everything is cleaned up.
+pub fn trace_launch(
+    tfs: &Tracefs,
+    exe: &Path,
+    argv: &[OsString],
+    cfg: &TraceConfig,
+    interrupt: &AtomicUsize,
+) -> Result<TracedLaunch, TraceError> {
+    let launch_formats = formats(tfs, LAUNCH_EVENTS)?;
+    let block_formats = formats(tfs, BLOCK_EVENTS)?;
+    let header = tfs.page_header()?;
+    if cfg.drop_caches {
+        sys::drop_caches().map_err(|e| TraceError::io(Path::new("/proc/sys/vm/drop_caches"), e))?;
+    }
+    let mut knobs = KnobGuard::set_inode_readahead(&cfg.sys_ext4, &cfg.run_dir, 0)?;
+    let tag = format!("{}", monotonic_ns() % 1_000_000_000);
+    let inst = tfs.create_instance(&format!("{tag}-launch"))?;
+    let blk = tfs.create_instance(&format!("{tag}-block"))?;
+    configure(&inst, &launch_formats, cfg.buffer_kb, LAUNCH_EVENTS)?;
+    inst.write("options/event-fork", "1")?;
+    configure(
+        &blk,
+        &block_formats,
+        (cfg.buffer_kb / 4).max(1024),
+        BLOCK_EVENTS,
+    )?;
+    let mut reader = Reader::new(&inst, &launch_formats, header)?;
+    let mut blk_reader = Reader::new(&blk, &block_formats, header)?;
+    let monitor = OpenMonitor::start()?;
+
+    let child = spawn_gated(exe, argv)?;
+    let root = child.pid();
+    inst.write("set_event_pid", &root.to_string())?;
+    inst.set_on(true)?;
+    blk.set_on(true)?;
+    let start_ts = monotonic_ns();
+    child.release()?;
+
+    let mut last_access = start_ts;
+    let mut root_exit: Option<(Exit, Usage)> = None;
+    let ended;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(t) = reader.drain()? {
+            last_access = last_access.max(t);
+        }
+        blk_reader.drain()?;
+        let mut tree_gone = false;
+        loop {
+            match sys::wait4(-1, true) {
+                Ok(Some((pid, exit, usage))) => {
+                    if pid == root {
+                        root_exit = Some((exit, usage));
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    // ECHILD: the root and every descendant (we are their subreaper) are gone.
+                    tree_gone = true;
+                    break;
+                }
+            }
+        }
+        let now = monotonic_ns();
+        if let sig @ 1.. = interrupt.load(Ordering::SeqCst) {
+            inst.set_on(false)?;
+            blk.set_on(false)?;
+            kill_tree(root);
+            return Err(TraceError::Interrupted(sig as i32));
+        }
+        if tree_gone {
+            ended = EndReason::Exited;
+            break;
+        }
+        if now.saturating_sub(last_access) >= cfg.idle.as_nanos() as u64 {
+            ended = EndReason::Idle;
+            break;
+        }
+        if now.saturating_sub(start_ts) >= cfg.timeout.as_nanos() as u64 {
+            ended = EndReason::Timeout;
+            break;
+        }
+    }
+    inst.set_on(false)?;
+    blk.set_on(false)?;
+    let end_ts = monotonic_ns();
+    reader.drain()?;
+    blk_reader.drain()?;
+    let mut lost = reader.missed;
+    for cpu in inst.cpus() {
+        lost += inst.cpu_stats(cpu)?.lost();
+    }
+    let mut blk_lost = blk_reader.missed;
+    for cpu in blk.cpus() {
+        blk_lost += blk.cpu_stats(cpu)?.lost();
+    }
+    let events = reader.into_sorted();
+    let block = blk_reader.into_sorted();
+    drop(inst);
+    drop(blk);
+    if let Err(e) = knobs.restore() {
+        tracing::error!("restoring inode_readahead_blks: {e}");
+    }
+    let (opens, opens_overflowed) = monitor.finish()?;
+    if lost > 0 {
+        kill_tree(root);
+        return Err(TraceError::LostEvents {
+            lost,
+            buffer_kb: cfg.buffer_kb,
+        });
+    }
+    if blk_lost > 0 {
+        tracing::warn!("the block-request trace lost {blk_lost} events; device timings of this run are incomplete");
+    }
+    if opens_overflowed {
+        tracing::warn!("the fanotify queue overflowed; some files may stay unresolved");
+    }
+
+    let (exit, usage) = match root_exit {
+        Some(x) => x,
+        None => {
+            if ended != EndReason::Exited {
+                tracing::info!(
+                    "launch recorded ({}); waiting for the command to exit",
+                    match ended {
+                        EndReason::Idle => "no file access for the idle period",
+                        _ => "timeout reached",
+                    }
+                );
+            }
+            wait_root(root, interrupt)?
+        }
+    };
+    Ok(TracedLaunch {
+        root_pid: root,
+        start_ts,
+        end_ts,
+        events,
+        block,
+        opens,
+        opens_overflowed,
+        ended,
+        exit,
+        usage,
+    })
+}
+
+/// Wait for the root to exit, still honouring Ctrl-C.
+fn wait_root(root: i32, interrupt: &AtomicUsize) -> Result<(Exit, Usage), TraceError> {
+    loop {
+        match sys::wait4(root, true) {
+            Ok(Some((_, exit, usage))) => return Ok((exit, usage)),
+            Ok(None) => {}
+            Err(e) => return Err(TraceError::io(Path::new("wait4"), e)),
+        }
+        if let sig @ 1.. = interrupt.load(Ordering::SeqCst) {
+            kill_tree(root);
+            return Err(TraceError::Interrupted(sig as i32));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Terminate `root` and every process below it (and any orphan we adopted as subreaper):
+/// SIGTERM, a grace period, then SIGKILL; reaps them all.
+pub fn kill_tree(root: i32) {
+    let me = std::process::id() as i32;
+    let targets = |_: ()| -> Vec<i32> {
+        let mut pids = descendants(me);
+        pids.retain(|p| *p != me);
+        if !pids.contains(&root) && std::path::Path::new(&format!("/proc/{root}")).exists() {
+            pids.push(root);
+        }
+        pids
+    };
+    for sig in [libc::SIGTERM, libc::SIGKILL] {
+        for p in targets(()) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(p, sig) };
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(3);
+        while std::time::Instant::now() < deadline {
+            match sys::wait4(-1, true) {
+                Ok(Some(_)) => continue,
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// All descendants of `pid`, from /proc (ppid links).
+fn descendants(pid: i32) -> Vec<i32> {
+    let mut parent_of = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.filter_map(Result::ok) {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|s| s.parse::<i32>().ok());
+            if let Some(pp) = ppid {
+                parent_of.push((p, pp));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(cur) = frontier.pop() {
+        for (p, pp) in &parent_of {
+            if *pp == cur && !out.contains(p) {
+                out.push(*p);
+                frontier.push(*p);
+            }
+        }
+    }
+    out
+}
