@@ -113,8 +113,21 @@ impl Drop for GatedChild {
     }
 }
 
-/// Fork a child that waits on a pipe, then execs `exe` with `argv` (argv[0] as given).
-pub fn spawn_gated(exe: &Path, argv: &[OsString]) -> Result<GatedChild, LaunchError> {
+/// Fork a child that waits on a pipe, then execs `exe` with `argv` (argv[0] as given). With
+/// `quiet`, the child's stdin, stdout and stderr are /dev/null.
+pub fn spawn_gated(exe: &Path, argv: &[OsString], quiet: bool) -> Result<GatedChild, LaunchError> {
+    let null = if quiet {
+        Some(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map_err(LaunchError::Spawn)?,
+        )
+    } else {
+        None
+    };
+    let null_raw = null.as_ref().map(|f| f.as_raw_fd());
     let path_c = CString::new(exe.as_os_str().as_bytes()).map_err(|_| LaunchError::Nul)?;
     let args_c: Vec<CString> = argv
         .iter()
@@ -134,6 +147,11 @@ pub fn spawn_gated(exe: &Path, argv: &[OsString]) -> Result<GatedChild, LaunchEr
             // The parent's ends: holding the gate's write end would hide the parent's EOF.
             libc::close(gate_w_raw);
             libc::close(err_r_raw);
+            if let Some(n) = null_raw {
+                libc::dup2(n, 0);
+                libc::dup2(n, 1);
+                libc::dup2(n, 2);
+            }
             let mut b = 0u8;
             let n = libc::read(gate_r_raw, &mut b as *mut u8 as *mut libc::c_void, 1);
             if n != 1 {
@@ -252,7 +270,7 @@ mod tests {
             "-c".into(),
             format!("touch {}; exit 7", marker.display()).into(),
         ];
-        let child = spawn_gated(&exe, &argv).unwrap();
+        let child = spawn_gated(&exe, &argv, false).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(!marker.exists(), "the gate holds the child before exec");
         let pid = child.release().unwrap();
@@ -268,14 +286,14 @@ mod tests {
         std::fs::write(&p, b"#!/nonexistent/interpreter\n").unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let child = spawn_gated(&p, &[p.clone().into_os_string()]).unwrap();
+        let child = spawn_gated(&p, &[p.clone().into_os_string()], true).unwrap();
         assert!(matches!(child.release(), Err(LaunchError::Exec { .. })));
     }
 
     #[test]
     fn dropped_gate_reaps_the_child() {
         let exe = resolve_command(OsStr::new("true")).unwrap();
-        let child = spawn_gated(&exe, &["true".into()]).unwrap();
+        let child = spawn_gated(&exe, &["true".into()], false).unwrap();
         let pid = child.pid();
         drop(child);
         // Already reaped: waiting again finds no such child.

@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicUsize;
 
 use crate::app::AppKey;
 use crate::plan::Plan;
-use crate::resolve::Resolver;
+use crate::resolve::{DirBlocks, Resolver};
 use crate::schedule::{build_plan, SysDevicePaths};
 use crate::sequence::{extract, RawRun, SysBlockDevices};
 use crate::store::{LaunchRecord, Store, StoreError};
@@ -100,7 +100,15 @@ pub fn learn(
     }
     let seq = extract(&runs);
     let resolver = Resolver::from_runs(&runs);
-    let mut plan = build_plan(&key.key, &seq, &resolver, &SysDevicePaths, Vec::new());
+    let dirs = DirBlocks::build(resolver.dirs());
+    let mut plan = build_plan(
+        &key.key,
+        &seq,
+        &resolver,
+        &SysDevicePaths,
+        &dirs,
+        Vec::new(),
+    );
     let p = &plan.provenance;
     let unresolved_bytes = p.unresolved_pages * page;
     let resolved_fraction = if p.traced_data_bytes == 0 {

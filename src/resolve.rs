@@ -126,8 +126,85 @@ impl Resolver {
         self.map.len()
     }
 
+    /// The resolved directories.
+    pub fn dirs(&self) -> impl Iterator<Item = &FileId> {
+        self.map.values().filter(|f| f.kind == FileKind::Directory)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+/// Which known directory a metadata block belongs to: FAST's LBA-to-inode map (4.2), built
+/// only for the directories an app's launch involved, from FIEMAP at record time. It lets a
+/// traced directory-block read be replayed as a listing of that directory where the block
+/// device itself cannot be read.
+pub trait DirOwner {
+    /// The (device, inode) of the directory holding disk bytes `[offset, offset+len)` of
+    /// the filesystem on block device `bdev`.
+    fn dir_owning(&self, bdev: Dev, offset: u64, len: u64) -> Option<(Dev, u64)>;
+}
+
+/// A directory's disk extent: (disk start, disk end, the directory's (device, inode)).
+type DirExtent = (u64, u64, (Dev, u64));
+
+#[derive(Debug, Default)]
+pub struct DirBlocks {
+    /// Per filesystem device, sorted by start.
+    extents: HashMap<Dev, Vec<DirExtent>>,
+}
+
+impl DirBlocks {
+    pub fn build<'a>(dirs: impl Iterator<Item = &'a FileId>) -> DirBlocks {
+        use std::os::fd::AsFd;
+        let mut map = DirBlocks::default();
+        for d in dirs {
+            let Ok(f) = std::fs::File::open(&d.path) else {
+                continue;
+            };
+            let Ok(ext) = crate::sys::fiemap(f.as_fd()) else {
+                continue;
+            };
+            let v = map.extents.entry(d.dev).or_default();
+            for e in ext {
+                v.push((e.physical, e.physical + e.len, (d.dev, d.ino)));
+            }
+        }
+        for v in map.extents.values_mut() {
+            v.sort_unstable();
+        }
+        map
+    }
+
+    pub fn len(&self) -> usize {
+        self.extents.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl DirOwner for DirBlocks {
+    fn dir_owning(&self, bdev: Dev, offset: u64, len: u64) -> Option<(Dev, u64)> {
+        // A filesystem on a whole disk or a partition reads its metadata through the page
+        // cache of that same block device, so the filesystem's st_dev is the bdev.
+        let v = self.extents.get(&bdev)?;
+        let end = offset.checked_add(len)?;
+        // Last extent starting before `end`; extents of one filesystem do not overlap.
+        let i = v.partition_point(|(s, _, _)| *s < end);
+        let (s, e, id) = v.get(i.checked_sub(1)?)?;
+        (*s < end && offset < *e).then_some(*id)
+    }
+}
+
+/// No directory map (tests, or filesystems without FIEMAP).
+pub struct NoDirs;
+
+impl DirOwner for NoDirs {
+    fn dir_owning(&self, _: Dev, _: u64, _: u64) -> Option<(Dev, u64)> {
+        None
     }
 }
 
@@ -182,6 +259,33 @@ mod tests {
         let d = FileId::of(dir.path()).unwrap();
         assert_eq!(r.get(d.dev, d.ino).unwrap().kind, FileKind::Directory);
         assert_eq!(ida.size, 4);
+    }
+
+    #[test]
+    fn dir_blocks_find_the_owner() {
+        let d = Dev { major: 8, minor: 1 };
+        let mut m = DirBlocks::default();
+        m.extents
+            .insert(d, vec![(4096, 8192, (d, 10)), (40960, 49152, (d, 11))]);
+        assert_eq!(m.dir_owning(d, 4096, 4096), Some((d, 10)));
+        assert_eq!(m.dir_owning(d, 45056, 4096), Some((d, 11)));
+        assert_eq!(m.dir_owning(d, 0, 4096), None);
+        assert_eq!(m.dir_owning(d, 8192, 4096), None);
+        assert_eq!(m.dir_owning(Dev { major: 8, minor: 2 }, 4096, 4096), None);
+        assert_eq!(m.dir_owning(d, u64::MAX, 2), None);
+    }
+
+    #[test]
+    fn dir_blocks_of_a_real_directory() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let id = FileId::of(dir.path()).unwrap();
+        let m = DirBlocks::build(std::iter::once(&id));
+        if m.is_empty() {
+            return crate::testutil::skip("no FIEMAP for directories on this filesystem");
+        }
+        let (s, e, owner) = m.extents[&id.dev][0];
+        assert_eq!(owner, (id.dev, id.ino));
+        assert_eq!(m.dir_owning(id.dev, s, e - s), Some((id.dev, id.ino)));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use crate::plan::{BlockDevice, Entry, Plan, Provenance};
-use crate::resolve::{FileId, FileKind, Resolver};
+use crate::resolve::{DirOwner, FileId, FileKind, Resolver};
 use crate::sequence::{LaunchSequence, Target};
 use crate::sys::Dev;
 
@@ -35,12 +35,15 @@ enum Item {
     ListDir(Dev, u64),
 }
 
-/// Build the plan of `app` from its extracted launch sequence, in launch order.
+/// Build the plan of `app` from its extracted launch sequence, in launch order. A directory
+/// block read (per `dirs`) also yields a listing of that directory at the same point, the
+/// form of that metadata read that works without access to the block device.
 pub fn build_plan(
     app: &str,
     seq: &LaunchSequence,
     resolver: &Resolver,
     devices: &dyn DevicePaths,
+    dirs: &dyn DirOwner,
     runs: Vec<i64>,
 ) -> Plan {
     let ps = seq.page_size.max(512);
@@ -118,6 +121,15 @@ pub fn build_plan(
                                     len: a.pages * ps,
                                 },
                             );
+                        }
+                        let owner = dirs
+                            .dir_owning(bdev, a.page * ps, a.pages * ps)
+                            .and_then(|(d, i)| resolver.get(d, i));
+                        if let Some(id) = owner {
+                            if listed.insert((id.dev, id.ino)) {
+                                let file = file_idx(id, &mut files);
+                                entries.push(Entry::ListDir { file });
+                            }
                         }
                     }
                 }
@@ -275,7 +287,14 @@ mod tests {
             }],
             dropped_pages: 2,
         };
-        let p = build_plan("app", &seq, &r, &FakeDevs, vec![4, 5]);
+        let p = build_plan(
+            "app",
+            &seq,
+            &r,
+            &FakeDevs,
+            &crate::resolve::NoDirs,
+            vec![4, 5],
+        );
         p.validate().unwrap();
         assert_eq!(
             p.entries,
@@ -301,6 +320,59 @@ mod tests {
         assert_eq!(p.provenance.traced_data_bytes, (1 + 4 + 3 + 1) * 4096);
         assert_eq!(p.provenance.runs, vec![4, 5]);
         assert_eq!(p.provenance.dropped_pages, 2);
+    }
+
+    #[test]
+    fn directory_blocks_become_listings() {
+        struct OwnsPage100(Dev, u64);
+        impl DirOwner for OwnsPage100 {
+            fn dir_owning(&self, _: Dev, offset: u64, _: u64) -> Option<(Dev, u64)> {
+                (offset == 100 * 4096).then_some((self.0, self.1))
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Resolver::default();
+        r.add(dir.path());
+        let idd = FileId::of(dir.path()).unwrap();
+        let meta = Target::Meta { bdev: D };
+        let seq = LaunchSequence {
+            page_size: 4096,
+            accesses: vec![
+                acc(meta, 100, 1, 5),
+                acc(meta, 300, 1, 6),
+                acc(meta, 100, 1, 7),
+            ],
+            ..LaunchSequence::default()
+        };
+        let p = build_plan(
+            "app",
+            &seq,
+            &r,
+            &FakeDevs,
+            &OwnsPage100(idd.dev, idd.ino),
+            vec![],
+        );
+        assert_eq!(
+            p.entries,
+            vec![
+                Entry::Meta {
+                    device: 0,
+                    offset: 100 * 4096,
+                    len: 4096
+                },
+                Entry::ListDir { file: 0 },
+                Entry::Meta {
+                    device: 0,
+                    offset: 300 * 4096,
+                    len: 4096
+                },
+                Entry::Meta {
+                    device: 0,
+                    offset: 100 * 4096,
+                    len: 4096
+                },
+            ]
+        );
     }
 
     #[test]

@@ -200,6 +200,122 @@ pub fn wait4(pid: i32, nohang: bool) -> io::Result<Option<(i32, Exit, Usage)>> {
     }
 }
 
+/// `pidfd_open(2)`: an fd that becomes readable when process `pid` exits (any process, not
+/// only a child; Linux 5.3+).
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// One extent from FIEMAP: `len` bytes at file offset `logical` live at disk byte `physical`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    pub logical: u64,
+    pub physical: u64,
+    pub len: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FiemapExtentRaw {
+    fe_logical: u64,
+    fe_physical: u64,
+    fe_length: u64,
+    fe_reserved64: [u64; 2],
+    fe_flags: u32,
+    fe_reserved: [u32; 3],
+}
+
+#[repr(C)]
+struct FiemapRaw<const N: usize> {
+    fm_start: u64,
+    fm_length: u64,
+    fm_flags: u32,
+    fm_mapped_extents: u32,
+    fm_extent_count: u32,
+    fm_reserved: u32,
+    fm_extents: [FiemapExtentRaw; N],
+}
+
+/// _IOWR('f', 11, struct fiemap)
+const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+const FIEMAP_EXTENT_LAST: u32 = 0x1;
+const FIEMAP_FLAG_SYNC: u32 = 0x1;
+
+/// Physical extents of a file or directory (`FS_IOC_FIEMAP`), in file order.
+pub fn fiemap(fd: BorrowedFd<'_>) -> io::Result<Vec<Extent>> {
+    const N: usize = 64;
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    loop {
+        let mut req = FiemapRaw::<N> {
+            fm_start: start,
+            fm_length: u64::MAX - start,
+            fm_flags: FIEMAP_FLAG_SYNC,
+            fm_mapped_extents: 0,
+            fm_extent_count: N as u32,
+            fm_reserved: 0,
+            fm_extents: [FiemapExtentRaw::default(); N],
+        };
+        // SAFETY: `req` is a #[repr(C)] struct fiemap followed by room for N extents, as
+        // fm_extent_count tells the kernel; it lives across the call.
+        let rc =
+            unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_FIEMAP, &mut req as *mut FiemapRaw<N>) };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = (req.fm_mapped_extents as usize).min(N);
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut last = false;
+        for e in &req.fm_extents[..n] {
+            out.push(Extent {
+                logical: e.fe_logical,
+                physical: e.fe_physical,
+                len: e.fe_length,
+            });
+            last |= e.fe_flags & FIEMAP_EXTENT_LAST != 0;
+        }
+        let end = req.fm_extents[n - 1].fe_logical + req.fm_extents[n - 1].fe_length;
+        if last || n < N || end <= start {
+            return Ok(out);
+        }
+        start = end;
+    }
+}
+
+/// I/O priority classes (ioprio_set(2)); mq-deadline and BFQ dispatch a higher class first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoClass {
+    RealTime(u8),
+    BestEffort(u8),
+    Idle,
+}
+
+/// Set the calling *thread's* I/O priority.
+pub fn set_thread_ioprio(class: IoClass) -> io::Result<()> {
+    const WHO_PROCESS: libc::c_int = 1; // a tid names one thread
+    let value = match class {
+        IoClass::RealTime(l) => (1 << 13) | (l.min(7) as libc::c_int),
+        IoClass::BestEffort(l) => (2 << 13) | (l.min(7) as libc::c_int),
+        IoClass::Idle => 3 << 13,
+    };
+    // SAFETY: ioprio_set takes three integers; 0 as `who` means the calling thread.
+    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, WHO_PROCESS, 0, value) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Current CLOCK_MONOTONIC in nanoseconds: the clock our tracefs instances use (`mono`), so
 /// userspace instants and event timestamps compare directly.
 pub fn monotonic_ns() -> u64 {
@@ -258,6 +374,31 @@ mod tests {
         let t = "MemTotal:       24684096 kB\nMemFree:        23000000 kB\nMemAvailable:   23500000 kB\n";
         assert_eq!(parse_meminfo_available(t), Some(23_500_000 * 1024));
         assert_eq!(parse_meminfo_available("junk"), None);
+    }
+
+    #[test]
+    fn fiemap_maps_a_file_and_a_directory() {
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![5u8; 3 * 4096]).unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        match fiemap(f.as_fd()) {
+            Ok(ext) => {
+                assert!(!ext.is_empty());
+                assert_eq!(ext[0].logical, 0);
+                assert!(ext.iter().map(|e| e.len).sum::<u64>() >= 3 * 4096);
+                let d = std::fs::File::open(dir.path()).unwrap();
+                // ext4 maps directories too; other filesystems may refuse (EOPNOTSUPP).
+                if let Ok(de) = fiemap(d.as_fd()) {
+                    assert!(!de.is_empty());
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                crate::testutil::skip(&format!("filesystem has no FIEMAP: {e}"))
+            }
+            Err(e) => panic!("fiemap: {e}"),
+        }
     }
 
     #[test]

@@ -37,10 +37,11 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
         }
     };
     say(format!("learning {} ({} cold runs)...", key.key, a.runs));
-    let opts = LearnOptions {
+    let mut opts = LearnOptions {
         runs: a.runs,
         ..LearnOptions::default()
     };
+    opts.trace.quiet = true;
     let learned = learn(
         &mut store,
         &key,

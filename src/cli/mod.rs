@@ -114,6 +114,9 @@ pub struct RunArgs {
     /// Most MiB to prefetch (default: half of MemAvailable).
     #[arg(long)]
     pub mem_cap_mb: Option<u64>,
+    /// Threads of the metadata pass running ahead of the data workers (0: none).
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_META_JOBS as u16, value_parser = clap::value_parser!(u16).range(0..=16))]
+    pub meta_jobs: u16,
     /// Use this app name instead of the key derived from the command.
     #[arg(long)]
     pub app: Option<String>,

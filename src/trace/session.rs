@@ -36,6 +36,8 @@ pub struct TraceConfig {
     pub run_dir: PathBuf,
     /// Where ext4's per-filesystem knobs live (normally /sys/fs/ext4).
     pub sys_ext4: PathBuf,
+    /// Run the command with stdin, stdout and stderr on /dev/null.
+    pub quiet: bool,
 }
 
 impl Default for TraceConfig {
@@ -47,6 +49,7 @@ impl Default for TraceConfig {
             drop_caches: true,
             run_dir: PathBuf::from(super::knobs::RUN_DIR),
             sys_ext4: PathBuf::from("/sys/fs/ext4"),
+            quiet: false,
         }
     }
 }
@@ -242,7 +245,7 @@ pub fn trace_launch(
     let mut blk_reader = Reader::new(&blk, &block_formats, header)?;
     let monitor = OpenMonitor::start()?;
 
-    let child = spawn_gated(exe, argv)?;
+    let child = spawn_gated(exe, argv, cfg.quiet)?;
     let root = child.pid();
     inst.write("set_event_pid", &root.to_string())?;
     inst.set_on(true)?;
