@@ -57,6 +57,10 @@ pub struct Learned {
     /// Fraction of traced file-data bytes that resolved to a verified path.
     pub resolved_fraction: f64,
     pub last_exit: Exit,
+    /// Extraction, resolution and scheduling, after the last learning run.
+    pub plan_build_ms: f64,
+    /// Size of the stored plan blob.
+    pub plan_bytes: usize,
 }
 
 /// Progress callback: (run index from 1, total runs, the finished run).
@@ -98,6 +102,7 @@ pub fn learn(
         progress(i, total, &run);
         runs.push(run);
     }
+    let build_start = std::time::Instant::now();
     let seq = extract(&runs);
     let resolver = Resolver::from_runs(&runs);
     let dirs = DirBlocks::build(resolver.dirs());
@@ -116,8 +121,10 @@ pub fn learn(
     } else {
         1.0 - unresolved_bytes as f64 / p.traced_data_bytes as f64
     };
+    let plan_build_ms = build_start.elapsed().as_secs_f64() * 1e3;
     let app_id = store.upsert_app(key)?;
     store.save_learning(app_id, &runs, &mut plan)?;
+    let plan_bytes = plan.encode().map(|b| b.len()).unwrap_or(0);
     for r in &runs {
         let (exit_code, signal) = match r.exit() {
             Exit::Code(c) => (Some(c), None),
@@ -142,6 +149,8 @@ pub fn learn(
         plan,
         resolved_fraction,
         last_exit,
+        plan_build_ms,
+        plan_bytes,
     })
 }
 

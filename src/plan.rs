@@ -13,7 +13,7 @@ use crate::resolve::{FileId, FileKind};
 use crate::sys::Dev;
 
 pub const MAGIC: [u8; 4] = *b"WSPL";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// A block device holding filesystem metadata the plan prefetches.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,8 @@ pub struct Provenance {
     pub unresolved_files: u32,
     /// Pages dropped because not every learning run read them.
     pub dropped_pages: u64,
+    /// Pages the kernel read ahead during learning that the launch never used (dropped).
+    pub unused_pages_dropped: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,6 +219,7 @@ pub(crate) mod tests {
                 unresolved_pages: 0,
                 unresolved_files: 0,
                 dropped_pages: 3,
+                unused_pages_dropped: 0,
             },
         }
     }

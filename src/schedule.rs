@@ -28,6 +28,11 @@ impl DevicePaths for SysDevicePaths {
     }
 }
 
+/// Unused ranges (read by the kernel's readahead, never touched by the launch) up to this
+/// many pages are kept: they fill gaps between used ranges so requests stay large. Longer
+/// ones are dropped (Paralfetch's accurate tracing: prefetch what the launch used).
+pub const KEEP_UNUSED_GAP_PAGES: u64 = 32;
+
 #[derive(Clone, Copy)]
 enum Item {
     Access(usize),
@@ -97,6 +102,10 @@ pub fn build_plan(
                             unresolved.insert((dev, ino));
                             continue;
                         };
+                        if !a.used && a.pages > KEEP_UNUSED_GAP_PAGES {
+                            prov.unused_pages_dropped += a.pages;
+                            continue;
+                        }
                         let offset = a.page * ps;
                         if offset >= id.size {
                             continue; // beyond EOF: a read() request longer than the file
@@ -236,6 +245,7 @@ mod tests {
             pages,
             t,
             from_disk: true,
+            used: true,
         }
     }
 
@@ -373,6 +383,44 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn long_unused_ranges_are_dropped_short_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, vec![1u8; 200 * 4096]).unwrap();
+        let mut r = Resolver::default();
+        r.add(&a);
+        let id = FileId::of(&a).unwrap();
+        let fa = Target::File {
+            dev: id.dev,
+            ino: id.ino,
+        };
+        let unused = |page, pages| Access {
+            used: false,
+            ..acc(fa, page, pages, 1)
+        };
+        let seq = LaunchSequence {
+            page_size: 4096,
+            accesses: vec![
+                acc(fa, 0, 4, 1),
+                unused(4, 8),
+                acc(fa, 12, 4, 1),
+                unused(16, 100),
+            ],
+            ..LaunchSequence::default()
+        };
+        let p = build_plan("app", &seq, &r, &FakeDevs, &crate::resolve::NoDirs, vec![]);
+        assert_eq!(
+            p.entries,
+            vec![Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 16 * 4096
+            }]
+        );
+        assert_eq!(p.provenance.unused_pages_dropped, 100);
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub struct Access {
     pub t: u64,
     /// Read from disk (a page-cache insert), as opposed to found cached (fault, lookup).
     pub from_disk: bool,
+    /// The launch used these pages (a fault, fault-around or read() touched them). Pages the
+    /// kernel's readahead brought in but nobody touched are `used: false`. Metadata pages
+    /// have no access events and always count as used.
+    pub used: bool,
 }
 
 /// ext4 read an inode (from the inode table) at `t`.
@@ -93,6 +97,21 @@ impl RawRun {
         }
     }
 
+    /// The traced launch's duration: until the tree exited, or until its last file access
+    /// when tracing stopped on idle or timeout (the idle tail is not part of the launch).
+    pub fn launch_ms(&self) -> f64 {
+        let end = match self.ended {
+            EndReason::Exited => self.duration_ns,
+            _ => self
+                .accesses
+                .iter()
+                .map(|a| a.t)
+                .max()
+                .unwrap_or(self.duration_ns),
+        };
+        end as f64 / 1e6
+    }
+
     /// Bytes first-accessed from disk.
     pub fn disk_bytes(&self) -> u64 {
         self.accesses
@@ -111,10 +130,48 @@ const MAX_RANGE_PAGES: u64 = 1 << 18;
 #[derive(Default)]
 struct Builder {
     seen: HashSet<(Target, u64)>,
+    used: HashSet<(Target, u64)>,
     out: Vec<Access>,
 }
 
 impl Builder {
+    /// Pages the launch touched (faults, fault-around, read lookups).
+    fn mark_used(&mut self, target: Target, first: u64, last: u64) {
+        let last = last.min(first.saturating_add(MAX_RANGE_PAGES - 1));
+        for page in first..=last {
+            self.used.insert((target, page));
+        }
+    }
+
+    /// The accesses, each split where the pages change between used and unused.
+    fn finish(self) -> Vec<Access> {
+        let mut out: Vec<Access> = Vec::with_capacity(self.out.len());
+        for a in self.out {
+            for page in a.page..a.page + a.pages {
+                let used = matches!(a.target, Target::Meta { .. })
+                    || self.used.contains(&(a.target, page));
+                match out.last_mut() {
+                    Some(l)
+                        if l.target == a.target
+                            && l.from_disk == a.from_disk
+                            && l.used == used
+                            && l.page + l.pages == page
+                            && l.t == a.t =>
+                    {
+                        l.pages += 1
+                    }
+                    _ => out.push(Access {
+                        page,
+                        pages: 1,
+                        used,
+                        ..a
+                    }),
+                }
+            }
+        }
+        out
+    }
+
     fn touch(&mut self, target: Target, first: u64, last: u64, t: u64, from_disk: bool) {
         let last = last.min(first.saturating_add(MAX_RANGE_PAGES - 1));
         for page in first..=last {
@@ -135,6 +192,7 @@ impl Builder {
                     pages: 1,
                     t,
                     from_disk,
+                    used: true,
                 }),
             }
         }
@@ -198,15 +256,15 @@ impl RawRun {
                     ino,
                     index,
                     last,
-                } => b.touch(
-                    target(*dev, *ino),
-                    *index,
-                    (*last).max(*index),
-                    rel(e.ts),
-                    false,
-                ),
+                } => {
+                    let tg = target(*dev, *ino);
+                    b.touch(tg, *index, (*last).max(*index), rel(e.ts), false);
+                    b.mark_used(tg, *index, (*last).max(*index));
+                }
                 EventKind::Fault { dev, ino, index } => {
-                    b.touch(target(*dev, *ino), *index, *index, rel(e.ts), false)
+                    let tg = target(*dev, *ino);
+                    b.touch(tg, *index, *index, rel(e.ts), false);
+                    b.mark_used(tg, *index, *index);
                 }
                 EventKind::SyncReadahead { .. } => sync_readaheads += 1,
                 EventKind::InodeLoad { dev, ino } => inode_loads.push(InodeLoad {
@@ -274,7 +332,7 @@ impl RawRun {
         };
         RawRun {
             page_size,
-            accesses: b.out,
+            accesses: b.finish(),
             inode_loads,
             opens,
             execs,
@@ -321,12 +379,21 @@ pub fn extract(runs: &[RawRun]) -> LaunchSequence {
                 .collect()
         })
         .collect();
+    // A page counts as used if any run used it.
+    let used_anywhere: HashSet<(Target, u64)> = runs
+        .iter()
+        .flat_map(|r| r.accesses.iter().filter(|a| a.used))
+        .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
+        .collect();
     let mut b = Builder::default();
     let mut dropped = 0;
     for a in &first.accesses {
         for p in a.page..a.page + a.pages {
             if others.iter().all(|s| s.contains(&(a.target, p))) {
                 b.touch(a.target, p, p, a.t, a.from_disk);
+                if used_anywhere.contains(&(a.target, p)) {
+                    b.mark_used(a.target, p, p);
+                }
             } else {
                 dropped += 1;
             }
@@ -360,7 +427,7 @@ pub fn extract(runs: &[RawRun]) -> LaunchSequence {
         .collect();
     LaunchSequence {
         page_size: first.page_size,
-        accesses: b.out,
+        accesses: b.finish(),
         inode_loads,
         dir_opens,
         dropped_pages: dropped,
@@ -387,6 +454,7 @@ mod tests {
             pages,
             t,
             from_disk: true,
+            used: true,
         }
     }
 
@@ -580,30 +648,24 @@ mod tests {
             usage: Usage::default(),
         };
         let r = RawRun::from_trace(&t, 4096, &FakeDevices);
+        let a = |target, page, pages, t, from_disk, used| Access {
+            target,
+            page,
+            pages,
+            t,
+            from_disk,
+            used,
+        };
         assert_eq!(
             r.accesses,
             vec![
-                Access {
-                    target: Target::Meta { bdev: D },
-                    page: 7,
-                    pages: 1,
-                    t: 100,
-                    from_disk: true
-                },
-                Access {
-                    target: f(42),
-                    page: 0,
-                    pages: 4,
-                    t: 200,
-                    from_disk: true
-                },
-                Access {
-                    target: f(43),
-                    page: 0,
-                    pages: 2,
-                    t: 400,
-                    from_disk: false
-                },
+                // Metadata has no access events and always counts as used.
+                a(Target::Meta { bdev: D }, 7, 1, 100, true, true),
+                // Four pages read in; only page 2 was faulted on.
+                a(f(42), 0, 2, 200, true, false),
+                a(f(42), 2, 1, 200, true, true),
+                a(f(42), 3, 1, 200, true, false),
+                a(f(43), 0, 2, 400, false, true),
             ]
         );
         assert_eq!(r.sync_readaheads, 1);
@@ -621,5 +683,6 @@ mod tests {
         assert_eq!(r.execs, vec!["/bin/x".to_string()]);
         assert_eq!(r.duration_ns, 7900);
         assert_eq!(r.disk_bytes(), 5 * 4096);
+        assert!((r.launch_ms() - 0.0079).abs() < 1e-9);
     }
 }

@@ -14,7 +14,7 @@ use crate::sequence::RawRun;
 
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
-const RUN_VERSION: u16 = 1;
+const RUN_VERSION: u16 = 2;
 const SCHEMA_VERSION: i64 = 1;
 
 #[derive(Debug, thiserror::Error)]

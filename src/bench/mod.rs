@@ -2,7 +2,12 @@
 //! round by round so drift hits all of them alike; results are medians with their spread, and
 //! the gap closed `(cold - t) / (cold - warm)` (FAST and Paralfetch's yardstick).
 
+pub mod launch;
+pub mod report;
+pub mod run;
+pub mod sampler;
 pub mod stats;
+pub mod suite;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -12,6 +17,16 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::sys::{self, Exit, Usage};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Suite(#[from] suite::SuiteError),
+    #[error("interrupted")]
+    Interrupted,
+}
 
 /// One timed launch.
 #[derive(Clone, Debug, Serialize)]

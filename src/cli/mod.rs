@@ -1,6 +1,7 @@
 //! The command line: clap definitions, logging setup, exit codes, and one handler module per
 //! command. The `warmstart` binary is just `std::process::exit(cli::main())`.
 
+mod bench;
 mod demo;
 mod plan;
 mod record;
@@ -62,6 +63,70 @@ pub enum Command {
     Plan(PlanCommand),
     /// Record a workload, then time cold, warm and warmstart launches interleaved (root).
     Demo(DemoArgs),
+    /// Prefetch an app's plan now, without launching it (the benchmark's prefetch-only).
+    Prefetch(PrefetchArgs),
+    /// Benchmark the suite's real applications: cold, warm, warmstart and the peers (root).
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Suite file (format documented in it).
+    #[arg(long, default_value = "bench/suite.toml")]
+    pub suite: PathBuf,
+    /// Only these apps (comma-separated names from the suite).
+    #[arg(long, value_delimiter = ',')]
+    pub apps: Vec<String>,
+    /// Rounds; each round runs every scenario of every app once.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Write results.json, results.md and SVG plots here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    pub scenarios: bool,
+    /// Only these scenarios (comma-separated; cold and warm are always measured).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Also launch K apps at once, cold against warmstart (FAST fig. 8): e.g. 1,3,all.
+    #[arg(long, value_delimiter = ',')]
+    pub together: Vec<String>,
+    /// Learning runs per app.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub learn_runs: u32,
+    /// The benchmark's own state: database, work directories, virtualenv.
+    #[arg(
+        long,
+        default_value = "/var/lib/warmstart/bench",
+        env = "WARMSTART_BENCH_DIR"
+    )]
+    pub state_dir: PathBuf,
+    /// Print the results as JSON instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// An ad-hoc command to benchmark instead of the suite (ready when it exits).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PrefetchArgs {
+    /// App key, or a unique part of it.
+    pub app: String,
+    /// Return only when every planned data page is in memory (not just requested).
+    #[arg(long)]
+    pub wait: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Prefetch worker threads.
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub jobs: u16,
 }
 
 #[derive(Args, Debug)]
@@ -250,16 +315,21 @@ fn exit_code_of(e: &anyhow::Error) -> i32 {
 }
 
 fn init_logging(verbose: u8, quiet: bool) {
+    use tracing_subscriber::filter::LevelFilter;
     let level = match (quiet, verbose) {
-        (true, _) => "warn",
-        (false, 0) => "info",
-        (false, 1) => "debug",
-        _ => "trace",
+        (true, _) => LevelFilter::WARN,
+        (false, 0) => LevelFilter::INFO,
+        (false, 1) => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("WARMSTART_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("warmstart={level}")));
+    // WARMSTART_LOG=debug (a level name) overrides; a plain level filter keeps the regex
+    // engine of env-filter out of the launcher binary.
+    let level = std::env::var("WARMSTART_LOG")
+        .ok()
+        .and_then(|v| v.parse::<LevelFilter>().ok())
+        .unwrap_or(level);
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(level)
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()
@@ -267,8 +337,38 @@ fn init_logging(verbose: u8, quiet: bool) {
         .try_init();
 }
 
-/// Parse arguments, run the command, return the process exit code.
+/// The benchmark's entry point, for binaries that include it (`warmstart-bench`).
+pub type BenchMain = fn(BenchArgs) -> anyhow::Result<i32>;
+
+/// The launcher binary: `bench` is delegated to the sibling `warmstart-bench`, so the code the
+/// launch path pages in stays small (plots, X11 and the harness live only there).
 pub fn main() -> i32 {
+    main_with(None)
+}
+
+/// The benchmark binary: every command, `bench` included.
+pub fn bench_binary_main() -> i32 {
+    main_with(Some(bench::cmd))
+}
+
+fn exec_bench_binary() -> anyhow::Result<i32> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe()?;
+    let sibling = me.with_file_name("warmstart-bench");
+    let err = std::process::Command::new(&sibling)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(fail(
+        code::ERROR,
+        format!(
+            "cannot run {} ({err}); build it with `cargo build --release` (it is installed next to warmstart)",
+            sibling.display()
+        ),
+    ))
+}
+
+/// Parse arguments, run the command, return the process exit code.
+fn main_with(bench_main: Option<BenchMain>) -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -286,6 +386,11 @@ pub fn main() -> i32 {
         Command::Run(a) => run::cmd(&cli.db, a),
         Command::Plan(p) => plan::cmd(&cli.db, p),
         Command::Demo(a) => demo::cmd(&cli.db, a),
+        Command::Prefetch(a) => plan::prefetch_cmd(&cli.db, a),
+        Command::Bench(a) => match bench_main {
+            Some(f) => f(a),
+            None => exec_bench_binary(),
+        },
     };
     match result {
         Ok(code) => code,

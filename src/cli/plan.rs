@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{code, fail, fmt_unix, human_bytes, PlanCommand};
+use super::{code, fail, fmt_unix, human_bytes, PlanCommand, PrefetchArgs};
 use crate::plan::{Entry, Plan};
 use crate::resolve::FileId;
 use crate::store::Store;
@@ -110,6 +110,7 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], json: bool, n_entries: usiz
             "unresolved_files": p.unresolved_files,
             "traced_data_bytes": p.traced_data_bytes,
             "dropped_pages": p.dropped_pages,
+            "unused_pages_dropped": p.unused_pages_dropped,
             "stale_files": stale,
             "missing_files": missing,
             "devices": plan.devices.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
@@ -140,6 +141,10 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], json: bool, n_entries: usiz
         p.unresolved_pages,
         p.unresolved_files,
         unresolved_frac * 100.0
+    );
+    println!(
+        "trimmed:      {} pages not read by every run, {} read ahead but never used",
+        p.dropped_pages, p.unused_pages_dropped
     );
     println!("stale files:  {stale} changed, {missing} missing since recording");
     println!(
@@ -179,4 +184,46 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], json: bool, n_entries: usiz
             println!("  {:>5}  {line}", i + 1);
         }
     }
+}
+
+/// `warmstart prefetch <app> [--wait]`
+pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
+    let store = open_existing(db)?;
+    let row = store.find_app(&a.app)?;
+    let plan = store.plan(&row)?.ok_or_else(|| {
+        fail(
+            code::NOT_FOUND,
+            format!("`{}` has no plan (record it first)", row.key),
+        )
+    })?;
+    drop(store);
+    let t0 = std::time::Instant::now();
+    let opts = crate::prefetch::PrefetchOptions {
+        jobs: a.jobs as usize,
+        ..Default::default()
+    };
+    let report =
+        crate::prefetch::prefetch(&plan, &opts, &std::sync::atomic::AtomicBool::new(false));
+    let waited = a.wait.then(|| crate::prefetch::wait_resident(&plan));
+    let total_ms = t0.elapsed().as_secs_f64() * 1e3;
+    if a.json {
+        println!(
+            "{}",
+            json!({"app": row.key, "total_ms": total_ms, "waited_ranges": waited, "prefetch": report})
+        );
+    } else {
+        println!(
+            "prefetched {} data + {} metadata of {} in {:.1} ms{}",
+            human_bytes(report.data_bytes),
+            human_bytes(report.metadata_bytes),
+            row.key,
+            total_ms,
+            if a.wait {
+                " (all resident)"
+            } else {
+                " (requests issued)"
+            }
+        );
+    }
+    Ok(code::OK)
 }

@@ -95,6 +95,10 @@ pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
             "unresolved_files": p.unresolved_files,
             "resolved_fraction": l.resolved_fraction,
             "dropped_pages": p.dropped_pages,
+            "unused_pages_dropped": p.unused_pages_dropped,
+            "run_ms": l.runs.iter().map(|r| r.launch_ms()).collect::<Vec<_>>(),
+            "plan_build_ms": l.plan_build_ms,
+            "plan_bytes": l.plan_bytes,
         });
         println!("{v}");
     } else {
@@ -109,11 +113,12 @@ pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
             s.listings
         );
         println!(
-            "resolved {:.2}% of traced data bytes ({} pages in {} files unresolved); {} pages dropped as not common to all runs",
+            "resolved {:.2}% of traced data bytes ({} pages in {} files unresolved); dropped {} pages not common to all runs and {} read ahead but never used",
             l.resolved_fraction * 100.0,
             p.unresolved_pages,
             p.unresolved_files,
-            p.dropped_pages
+            p.dropped_pages,
+            p.unused_pages_dropped
         );
     }
 }

@@ -1,0 +1,483 @@
+//! Benchmark output: `results.json` (every measurement and the machine), `results.md` (the
+//! tables), and SVG plots: launch time normalised to cold per app and scenario (FAST fig. 6,
+//! Paralfetch fig. 10) and, per app, CPU and disk busy over a cold and a warmstart launch
+//! (FAST fig. 7).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::run::Results;
+use super::sampler::Point;
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("–".into(), |g| format!("{:.0}%", g * 100.0))
+}
+
+/// The Markdown report.
+pub fn markdown(r: &Results) -> String {
+    let mut s = String::new();
+    let m = &r.machine;
+    let _ = writeln!(s, "# warmstart benchmark\n");
+    let _ = writeln!(
+        s,
+        "Machine: Linux {}, {} × {}, {} MiB RAM, disk {} (rotational={:?}, scheduler {}). {} rounds, scenarios interleaved per round.\n",
+        m.kernel, m.cpus, m.cpu, m.memory_mb, m.disk, m.disk_rotational, m.scheduler, r.rounds
+    );
+    let _ = writeln!(
+        s,
+        "## Launch time (median ms; in brackets: normalised to cold, and gap closed)\n"
+    );
+    let _ = write!(s, "| app |");
+    for sc in &r.scenarios {
+        let _ = write!(s, " {sc} |");
+    }
+    let _ = writeln!(s, " t_bound |");
+    let _ = writeln!(s, "|---|{}---:|", "---:|".repeat(r.scenarios.len()));
+    for a in &r.apps {
+        let _ = write!(s, "| {} |", a.name);
+        if let Some(e) = &a.error {
+            if a.summary.is_empty() {
+                let _ = writeln!(s, " error: {} |", e.replace('|', "/"));
+                continue;
+            }
+        }
+        for sc in &r.scenarios {
+            match a.summary.get(sc) {
+                Some(x) if x.n > 0 => {
+                    let extra = if sc == "cold" || sc == "warm" {
+                        String::new()
+                    } else {
+                        format!(" ({:.2}, {})", x.normalized, pct(x.gap_closed))
+                    };
+                    let fail = if x.failed > 0 {
+                        format!(" ⚠{}", x.failed)
+                    } else {
+                        String::new()
+                    };
+                    let _ = write!(s, " {:.0}{extra}{fail} |", x.median_ms);
+                }
+                _ => {
+                    let _ = write!(s, " – |");
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            " {} |",
+            a.t_bound_ms.map_or("–".into(), |t| format!("{t:.0}"))
+        );
+    }
+    let _ = writeln!(s, "\n## Across apps (geometric means)\n");
+    let _ = writeln!(s, "| scenario | normalised time | gap closed |");
+    let _ = writeln!(s, "|---|---:|---:|");
+    for sc in &r.scenarios {
+        if let Some(g) = r.geomean.get(sc) {
+            let _ = writeln!(
+                s,
+                "| {sc} | {} | {} |",
+                g.normalized.map_or("–".into(), |v| format!("{v:.3}")),
+                pct(g.gap_closed)
+            );
+        }
+    }
+    let _ = writeln!(s, "\n## Overheads\n");
+    let _ = writeln!(s, "| app | learning slowdown | plan build ms | plan bytes | plan data | warm overhead ms | prefetcher peak RSS | resolved |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for a in &r.apps {
+        let o = &a.overhead;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {} | {:.1} MiB | {} | {} | {:.2}% |",
+            a.name,
+            o.learning_slowdown
+                .map_or("–".into(), |v| format!("{v:.2}×")),
+            o.plan_build_ms,
+            o.plan_bytes,
+            a.plan_data_bytes as f64 / 1048576.0,
+            o.warm_overhead_ms
+                .map_or("–".into(), |v| format!("{v:+.1}")),
+            o.prefetcher_peak_rss_kb
+                .map_or("–".into(), |v| format!("{:.1} MiB", v as f64 / 1024.0)),
+            a.resolved_fraction * 100.0
+        );
+    }
+    if r.apps.iter().any(|a| !a.last_io_ms.is_empty()) {
+        let _ = writeln!(s, "\n## Last disk activity before ready (round 1, ms; the papers' launch end, at 10 ms sampling)\n");
+        let _ = writeln!(s, "| app | cold | warmstart |");
+        let _ = writeln!(s, "|---|---:|---:|");
+        for a in &r.apps {
+            let g = |k: &str| {
+                a.last_io_ms
+                    .get(k)
+                    .map_or("–".into(), |v| format!("{v:.0}"))
+            };
+            let _ = writeln!(s, "| {} | {} | {} |", a.name, g("cold"), g("warmstart"));
+        }
+    }
+    if !r.together.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n## K applications launched together (FAST fig. 8; median ms until all are ready)\n"
+        );
+        let _ = writeln!(s, "| K | apps | cold | warmstart | speedup |");
+        let _ = writeln!(s, "|---:|---|---:|---:|---:|");
+        for t in &r.together {
+            let c = super::stats::Spread::of(&t.cold_ms).map(|x| x.median);
+            let w = super::stats::Spread::of(&t.warmstart_ms).map(|x| x.median);
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                t.k,
+                t.apps.join(", "),
+                c.map_or("–".into(), |v| format!("{v:.0}")),
+                w.map_or("–".into(), |v| format!("{v:.0}")),
+                match (c, w) {
+                    (Some(c), Some(w)) if w > 0.0 => format!("{:.2}×", c / w),
+                    _ => "–".into(),
+                }
+            );
+        }
+    }
+    let errs: Vec<_> = r
+        .apps
+        .iter()
+        .filter_map(|a| a.error.as_ref().map(|e| (a.name.clone(), e)))
+        .collect();
+    if !errs.is_empty() {
+        let _ = writeln!(s, "\n## Problems\n");
+        for (n, e) in errs {
+            let _ = writeln!(s, "- {n}: {e}");
+        }
+    }
+    s
+}
+
+fn plot_err(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(80, 80, 80),
+    RGBColor(44, 160, 44),
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(23, 190, 207),
+];
+
+/// Grouped bars: per app, each scenario's median normalised to cold.
+pub fn normalized_svg(r: &Results, path: &Path) -> std::io::Result<()> {
+    let scen: Vec<&String> = r
+        .scenarios
+        .iter()
+        .filter(|s| s.as_str() != "warm+warmstart")
+        .collect();
+    let apps: Vec<_> = r.apps.iter().filter(|a| !a.summary.is_empty()).collect();
+    let w = (160 + apps.len() * (scen.len() * 14 + 30)).max(640) as u32;
+    let root = SVGBackend::new(path, (w, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let ymax = apps
+        .iter()
+        .flat_map(|a| {
+            scen.iter()
+                .filter_map(|s| a.summary.get(*s).map(|x| x.normalized))
+        })
+        .fold(1.2f64, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Launch time normalised to cold (lower is better)",
+            ("sans-serif", 18),
+        )
+        .margin(12)
+        .x_label_area_size(70)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..apps.len().max(1) as f64, -ymax * 0.08..ymax * 1.05)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("time / cold")
+        .draw()
+        .map_err(plot_err)?;
+    // Category labels centred under each app's group of bars.
+    chart
+        .draw_series(apps.iter().enumerate().map(|(i, a)| {
+            Text::new(
+                a.name.clone(),
+                (i as f64 + 0.5, -ymax * 0.03),
+                ("sans-serif", 13).into_font().color(&BLACK).pos(
+                    plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Top,
+                    ),
+                ),
+            )
+        }))
+        .map_err(plot_err)?;
+    let bw = 0.8 / scen.len().max(1) as f64;
+    for (si, sc) in scen.iter().enumerate() {
+        let color = PALETTE[si % PALETTE.len()];
+        let bars = apps.iter().enumerate().filter_map(|(ai, a)| {
+            let v = a.summary.get(*sc)?.normalized;
+            let x0 = ai as f64 + 0.1 + si as f64 * bw;
+            Some(Rectangle::new(
+                [(x0, 0.0), (x0 + bw * 0.9, v)],
+                color.filled(),
+            ))
+        });
+        chart
+            .draw_series(bars)
+            .map_err(plot_err)?
+            .label(sc.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .draw_series(LineSeries::new(
+            [(0.0, 1.0), (apps.len() as f64, 1.0)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(plot_err)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)
+}
+
+/// Centred moving average over `w` samples (the CPU counters tick every 10 ms).
+fn smooth(pts: &[Point], w: usize) -> Vec<Point> {
+    let h = w / 2;
+    (0..pts.len())
+        .map(|i| {
+            let win = &pts[i.saturating_sub(h)..(i + h + 1).min(pts.len())];
+            let n = win.len() as f64;
+            Point {
+                t_ms: pts[i].t_ms,
+                cpu_busy: win.iter().map(|p| p.cpu_busy).sum::<f64>() / n,
+                disk_busy: win.iter().map(|p| p.disk_busy).sum::<f64>() / n,
+            }
+        })
+        .collect()
+}
+
+/// CPU busy (in CPUs) and disk busy (0..1) over a cold and a warmstart launch of one app.
+pub fn timeline_svg(
+    app: &str,
+    series: &[(&str, &[Point])],
+    cpus: usize,
+    path: &Path,
+) -> std::io::Result<()> {
+    let root =
+        SVGBackend::new(path, (900, 200 * series.len().max(1) as u32 + 40)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let (title, body) = root.split_vertically(30);
+    title
+        .draw_text(
+            &format!("{app}: CPU busy (blue, CPUs) and disk busy (red) over the launch"),
+            &("sans-serif", 16).into_text_style(&title),
+            (10, 8),
+        )
+        .map_err(plot_err)?;
+    let tmax = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.t_ms))
+        .fold(1.0f64, f64::max);
+    for ((name, pts), area) in series
+        .iter()
+        .zip(body.split_evenly((series.len().max(1), 1)))
+    {
+        let mut chart = ChartBuilder::on(&area)
+            .caption(*name, ("sans-serif", 14))
+            .margin(8)
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0f64..tmax, 0f64..cpus.max(1) as f64 * 1.05)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("ms since launch")
+            .draw()
+            .map_err(plot_err)?;
+        let pts = smooth(pts, 3);
+        chart
+            .draw_series(
+                AreaSeries::new(
+                    pts.iter().map(|p| (p.t_ms, p.disk_busy * cpus as f64)),
+                    0.0,
+                    RED.mix(0.25),
+                )
+                .border_style(RED),
+            )
+            .map_err(plot_err)?;
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.t_ms, p.cpu_busy)),
+                BLUE.stroke_width(2),
+            ))
+            .map_err(plot_err)?;
+    }
+    root.present().map_err(plot_err)
+}
+
+/// Write results.json, results.md and the SVG plots into `dir`.
+pub fn write_all(r: &Results, dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+    let j = dir.join("results.json");
+    std::fs::write(&j, serde_json::to_string_pretty(r).map_err(plot_err)?)?;
+    written.push(j);
+    let m = dir.join("results.md");
+    std::fs::write(&m, markdown(r))?;
+    written.push(m);
+    let n = dir.join("normalized.svg");
+    normalized_svg(r, &n)?;
+    written.push(n);
+    for a in &r.apps {
+        let series: Vec<(&str, &[Point])> = ["cold", "warmstart"]
+            .iter()
+            .filter_map(|k| a.timeline.get(*k).map(|p| (*k, p.as_slice())))
+            .filter(|(_, p)| !p.is_empty())
+            .collect();
+        if !series.is_empty() {
+            let p = dir.join(format!("timeline-{}.svg", a.name));
+            timeline_svg(&a.name, &series, r.machine.cpus, &p)?;
+            written.push(p);
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::run::{
+        AppResult, GeoRow, Machine, Measurement, ScenarioSummary, TogetherResult,
+    };
+    use std::collections::BTreeMap;
+
+    fn sample() -> Results {
+        let mut a = AppResult {
+            name: "app1".into(),
+            command: vec!["x".into()],
+            ..AppResult::default()
+        };
+        for (sc, ms) in [("cold", 1000.0), ("warm", 500.0), ("warmstart", 600.0)] {
+            a.samples.push(Measurement {
+                scenario: sc.into(),
+                round: 1,
+                ms,
+                ready: true,
+            });
+            a.summary.insert(
+                sc.into(),
+                ScenarioSummary {
+                    median_ms: ms,
+                    min_ms: ms,
+                    max_ms: ms,
+                    n: 1,
+                    failed: 0,
+                    normalized: ms / 1000.0,
+                    gap_closed: Some((1000.0 - ms) / 500.0),
+                },
+            );
+        }
+        a.timeline.insert(
+            "cold".into(),
+            (0..50)
+                .map(|i| Point {
+                    t_ms: i as f64 * 5.0,
+                    cpu_busy: 0.5,
+                    disk_busy: (i % 2) as f64,
+                })
+                .collect(),
+        );
+        a.timeline.insert(
+            "warmstart".into(),
+            (0..30)
+                .map(|i| Point {
+                    t_ms: i as f64 * 5.0,
+                    cpu_busy: 1.0,
+                    disk_busy: 0.2,
+                })
+                .collect(),
+        );
+        let mut geo = BTreeMap::new();
+        geo.insert(
+            "warmstart".into(),
+            GeoRow {
+                normalized: Some(0.6),
+                gap_closed: Some(0.8),
+            },
+        );
+        Results {
+            machine: Machine {
+                kernel: "6.18".into(),
+                cpu: "test cpu".into(),
+                cpus: 2,
+                memory_mb: 1024,
+                disk: "vda".into(),
+                disk_rotational: Some(true),
+                scheduler: "mq-deadline".into(),
+            },
+            rounds: 1,
+            scenarios: vec!["cold".into(), "warm".into(), "warmstart".into()],
+            apps: vec![
+                a,
+                AppResult {
+                    name: "broken".into(),
+                    error: Some("not installed".into()),
+                    ..AppResult::default()
+                },
+            ],
+            geomean: geo,
+            together: vec![TogetherResult {
+                k: 2,
+                apps: vec!["app1".into(), "x".into()],
+                cold_ms: vec![2000.0],
+                warmstart_ms: vec![1000.0],
+            }],
+        }
+    }
+
+    #[test]
+    fn markdown_has_the_tables() {
+        let md = markdown(&sample());
+        assert!(
+            md.contains("| app1 | 1000 | 500 | 600 (0.60, 80%) |"),
+            "{md}"
+        );
+        assert!(md.contains("| warmstart | 0.600 | 80% |"), "{md}");
+        assert!(md.contains("error: not installed"), "{md}");
+        assert!(md.contains("| 2 | app1, x | 2000 | 1000 | 2.00× |"), "{md}");
+        assert!(md.contains("## Overheads"));
+    }
+
+    #[test]
+    fn writes_json_md_and_svgs() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = write_all(&sample(), dir.path()).unwrap();
+        assert_eq!(files.len(), 4);
+        let j: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("results.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(j["apps"][0]["samples"].as_array().unwrap().len(), 3);
+        assert_eq!(j["machine"]["cpus"], 2);
+        for f in ["normalized.svg", "timeline-app1.svg"] {
+            let svg = std::fs::read_to_string(dir.path().join(f)).unwrap();
+            assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{f}");
+            assert!(
+                svg.contains("<rect") || svg.contains("<polyline") || svg.contains("<path"),
+                "{f} draws nothing"
+            );
+        }
+    }
+}

@@ -1,0 +1,953 @@
+//! The benchmark harness: learn each suite app with `warmstart record`, then measure every
+//! scenario round by round (cold, warm, then each prefetching scenario after a cache drop),
+//! derive the papers' measures (normalised time, gap closed, t_bound), the overheads, one
+//! CPU/disk timeline per app, and optionally the FAST fig. 8 experiment (K apps at once).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::launch::{launch, LaunchSpec, Outcome, Xvfb};
+use super::sampler::{disk_of, Point, Sampler};
+use super::stats::{gap_closed, geomean, Spread};
+use super::suite::{expand, AppSpec, Ready};
+use super::{make_cold, BenchError};
+use crate::resolve::FileKind;
+use crate::store::Store;
+
+/// A way of launching an app that the benchmark measures.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Scenario {
+    /// Drop caches, launch.
+    Cold,
+    /// Launch right after the cold launch: everything cached (the upper bound).
+    Warm,
+    /// A warm launch through `warmstart run`: the prefetcher's overhead when it cannot help.
+    WarmWarmstart,
+    /// Drop caches, run only the prefetch of the plan until its pages are in memory (t_ssd).
+    PrefetchOnly,
+    /// Drop caches, `warmstart run` (with a strategy, once strategies exist).
+    Warmstart(Option<String>),
+    /// Drop caches, `vmtouch -t` every planned file whole, concurrently with the launch.
+    WholeFiles,
+    /// Drop caches, prefetch the whole plan, then launch.
+    FetchThenLaunch,
+}
+
+impl Scenario {
+    pub fn name(&self) -> String {
+        match self {
+            Scenario::Cold => "cold".into(),
+            Scenario::Warm => "warm".into(),
+            Scenario::WarmWarmstart => "warm+warmstart".into(),
+            Scenario::PrefetchOnly => "prefetch-only".into(),
+            Scenario::Warmstart(None) => "warmstart".into(),
+            Scenario::Warmstart(Some(s)) => format!("warmstart:{s}"),
+            Scenario::WholeFiles => "whole-files".into(),
+            Scenario::FetchThenLaunch => "fetch-then-launch".into(),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Some(match s {
+            "cold" => Scenario::Cold,
+            "warm" => Scenario::Warm,
+            "warm+warmstart" => Scenario::WarmWarmstart,
+            "prefetch-only" => Scenario::PrefetchOnly,
+            "warmstart" => Scenario::Warmstart(None),
+            "whole-files" => Scenario::WholeFiles,
+            "fetch-then-launch" => Scenario::FetchThenLaunch,
+            _ => Scenario::Warmstart(Some(s.strip_prefix("warmstart:")?.to_string())),
+        })
+    }
+
+    /// Every scenario, in the order each round runs them.
+    pub fn all(strategies: &[String]) -> Vec<Scenario> {
+        let mut v = vec![
+            Scenario::Cold,
+            Scenario::Warm,
+            Scenario::WarmWarmstart,
+            Scenario::PrefetchOnly,
+            Scenario::Warmstart(None),
+        ];
+        v.extend(
+            strategies
+                .iter()
+                .map(|s| Scenario::Warmstart(Some(s.clone()))),
+        );
+        v.extend([Scenario::WholeFiles, Scenario::FetchThenLaunch]);
+        v
+    }
+}
+
+pub struct BenchOptions {
+    pub apps: Vec<AppSpec>,
+    pub rounds: u32,
+    pub scenarios: Vec<Scenario>,
+    /// Benchmark state: its own database, work directories, the suite's virtualenv.
+    pub state_dir: PathBuf,
+    pub warmstart_exe: PathBuf,
+    /// K values of the together experiment (empty: skip it).
+    pub together: Vec<usize>,
+    /// Learning runs per app.
+    pub learn_runs: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Machine {
+    pub kernel: String,
+    pub cpu: String,
+    pub cpus: usize,
+    pub memory_mb: u64,
+    pub disk: String,
+    pub disk_rotational: Option<bool>,
+    pub scheduler: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    pub scenario: String,
+    pub round: u32,
+    pub ms: f64,
+    pub ready: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScenarioSummary {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub n: usize,
+    pub failed: usize,
+    /// Median over the cold median.
+    pub normalized: f64,
+    /// (cold - t) / (cold - warm), medians.
+    pub gap_closed: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Overhead {
+    /// Traced learning launch over the untraced cold launch (medians).
+    pub learning_slowdown: Option<f64>,
+    pub plan_build_ms: f64,
+    pub plan_bytes: u64,
+    /// `warm+warmstart` minus `warm` (medians).
+    pub warm_overhead_ms: Option<f64>,
+    /// Peak RSS of the prefetcher (`warmstart prefetch`), KiB.
+    pub prefetcher_peak_rss_kb: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AppResult {
+    pub name: String,
+    pub command: Vec<String>,
+    pub plan_entries: u64,
+    pub plan_data_bytes: u64,
+    pub plan_files: u64,
+    pub resolved_fraction: f64,
+    pub learning_run_ms: Vec<f64>,
+    pub samples: Vec<Measurement>,
+    pub summary: BTreeMap<String, ScenarioSummary>,
+    /// max(prefetch-only, warm), medians (FAST 5.1).
+    pub t_bound_ms: Option<f64>,
+    pub overhead: Overhead,
+    /// Round-1 CPU/disk timelines of the cold and warmstart launches.
+    pub timeline: BTreeMap<String, Vec<Point>>,
+    /// When the disk was last busy before ready, from the timeline (the papers' definition of
+    /// launch completion, approximated at the sampling period).
+    pub last_io_ms: BTreeMap<String, f64>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TogetherResult {
+    pub k: usize,
+    pub apps: Vec<String>,
+    pub cold_ms: Vec<f64>,
+    pub warmstart_ms: Vec<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct GeoRow {
+    pub normalized: Option<f64>,
+    pub gap_closed: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    pub machine: Machine,
+    pub rounds: u32,
+    pub scenarios: Vec<String>,
+    pub apps: Vec<AppResult>,
+    /// Across apps: geometric mean of normalised time, and of gap closed (apps whose gap
+    /// closed is positive; see README).
+    pub geomean: BTreeMap<String, GeoRow>,
+    pub together: Vec<TogetherResult>,
+}
+
+/// Progress callback: (what is running now, steps done, steps total).
+pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
+
+pub fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    let disk = disk_of(Path::new("/")).unwrap_or_default();
+    let sysq = |f: &str| {
+        std::fs::read_to_string(format!("/sys/block/{disk}/queue/{f}"))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    Machine {
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        cpu,
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        memory_mb: std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines().find_map(|l| {
+                    l.strip_prefix("MemTotal:").map(|v| {
+                        v.trim()
+                            .trim_end_matches("kB")
+                            .trim()
+                            .parse::<u64>()
+                            .unwrap_or(0)
+                            / 1024
+                    })
+                })
+            })
+            .unwrap_or(0),
+        disk_rotational: sysq("rotational").map(|r| r == "1"),
+        scheduler: sysq("scheduler").unwrap_or_default(),
+        disk: format!(
+            "{disk} ({})",
+            std::fs::read_to_string(format!("/sys/block/{disk}/device/model"))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "virtual".into())
+        ),
+    }
+}
+
+struct Ctx<'a> {
+    opts: &'a BenchOptions,
+    db: PathBuf,
+    venv: PathBuf,
+    display: Option<String>,
+    interrupt: &'a AtomicUsize,
+}
+
+impl Ctx<'_> {
+    fn ws(&self) -> Vec<String> {
+        vec![
+            self.opts.warmstart_exe.display().to_string(),
+            "--db".into(),
+            self.db.display().to_string(),
+            "-q".into(),
+        ]
+    }
+
+    fn work(&self, app: &AppSpec) -> PathBuf {
+        self.opts.state_dir.join("work").join(&app.name)
+    }
+
+    fn argv(&self, app: &AppSpec) -> Vec<String> {
+        let w = self.work(app);
+        app.command
+            .iter()
+            .map(|a| expand(a, &w, &self.venv))
+            .collect()
+    }
+
+    fn env(&self, app: &AppSpec) -> Vec<(String, String)> {
+        let w = self.work(app);
+        app.env
+            .iter()
+            .map(|(k, v)| (k.clone(), expand(v, &w, &self.venv)))
+            .collect()
+    }
+
+    fn ready(&self, app: &AppSpec) -> Ready {
+        match &app.ready {
+            Ready::File(p) => Ready::File(expand(p, &self.work(app), &self.venv)),
+            r => r.clone(),
+        }
+    }
+
+    fn run_one(
+        &self,
+        app: &AppSpec,
+        argv: &[String],
+        ready: &Ready,
+    ) -> Result<Outcome, BenchError> {
+        let env = self.env(app);
+        let work = self.work(app);
+        launch(
+            &LaunchSpec {
+                argv,
+                env: &env,
+                cwd: &work,
+                ready,
+                timeout: app.timeout,
+                display: if ready.is_gui() {
+                    self.display.as_deref()
+                } else {
+                    None
+                },
+            },
+            self.interrupt,
+        )
+    }
+
+    fn cold(&self) -> Result<(), BenchError> {
+        make_cold().map_err(|e| BenchError::Setup(format!("dropping caches: {e}")))
+    }
+}
+
+fn setup_app(ctx: &Ctx<'_>, app: &AppSpec) -> Result<(), BenchError> {
+    let work = ctx.work(app);
+    std::fs::create_dir_all(&work)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", work.display())))?;
+    for line in &app.setup {
+        let line = expand(line, &work, &ctx.venv);
+        let st = Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(&work)
+            .status()
+            .map_err(|e| BenchError::Setup(format!("setup of {}: {e}", app.name)))?;
+        if !st.success() {
+            return Err(BenchError::Setup(format!(
+                "setup of {} failed: {line}",
+                app.name
+            )));
+        }
+    }
+    let cmd = &ctx.argv(app)[0];
+    if crate::launch::resolve_command(std::ffi::OsStr::new(cmd)).is_err() {
+        return Err(BenchError::Setup(format!(
+            "`{cmd}` is not installed (run: sudo bench/install-suite)"
+        )));
+    }
+    Ok(())
+}
+
+/// `warmstart record` as a subprocess. Apps that do not exit by themselves are closed after
+/// each learning run becomes ready (the recorder waits for them to exit between runs).
+fn learn_app(ctx: &Ctx<'_>, app: &AppSpec, res: &mut AppResult) -> Result<(), BenchError> {
+    let mut argv = ctx.ws();
+    argv.extend(["record", "--json", "--runs"].map(String::from));
+    argv.push(ctx.opts.learn_runs.to_string());
+    if !matches!(app.ready, Ready::Exit) {
+        // The harness closes these apps after each learning run; their status is not theirs.
+        argv.push("--allow-failure".into());
+    }
+    argv.extend(["--app".to_string(), app.name.clone(), "--".to_string()]);
+    argv.extend(ctx.argv(app));
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir(ctx.work(app))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for (k, v) in ctx.env(app) {
+        cmd.env(k, v);
+    }
+    if let Some(d) = &ctx.display {
+        cmd.env("DISPLAY", d);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| BenchError::Setup(format!("cannot run warmstart record: {e}")))?;
+    let rec_pid = child.id() as i32;
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(o) = stdout.as_mut() {
+            let _ = o.read_to_string(&mut s);
+        }
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    });
+    // Close apps that stay open: each learning run's app is a descendant of the recorder.
+    let closer = !matches!(app.ready, Ready::Exit);
+    let deadline =
+        Instant::now() + app.timeout * (ctx.opts.learn_runs + 1) + Duration::from_secs(30);
+    let status = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break st;
+        }
+        if ctx.interrupt.load(Ordering::SeqCst) != 0 || Instant::now() > deadline {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(rec_pid),
+                nix::sys::signal::Signal::SIGINT,
+            );
+            let _ = child.wait();
+            return Err(if ctx.interrupt.load(Ordering::SeqCst) != 0 {
+                BenchError::Interrupted
+            } else {
+                BenchError::Setup(format!("learning {} timed out", app.name))
+            });
+        }
+        if closer && app_ready_under(ctx, app, rec_pid) {
+            close_descendants(rec_pid);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = out_t.join().unwrap_or_default();
+    let err = err_t.join().unwrap_or_default();
+    if !status.success() {
+        return Err(BenchError::Setup(format!(
+            "learning {} failed: {}",
+            app.name,
+            err.lines()
+                .rev()
+                .find(|l| l.starts_with("warmstart:"))
+                .unwrap_or(err.trim())
+        )));
+    }
+    let v: serde_json::Value = out
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| BenchError::Setup(format!("learning {}: no JSON result", app.name)))?;
+    res.plan_entries = v["entries"].as_u64().unwrap_or(0);
+    res.plan_data_bytes = v["data_bytes"].as_u64().unwrap_or(0);
+    res.plan_files = v["files"].as_u64().unwrap_or(0);
+    res.resolved_fraction = v["resolved_fraction"].as_f64().unwrap_or(0.0);
+    res.learning_run_ms = v["run_ms"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+        .unwrap_or_default();
+    res.overhead.plan_build_ms = v["plan_build_ms"].as_f64().unwrap_or(0.0);
+    res.overhead.plan_bytes = v["plan_bytes"].as_u64().unwrap_or(0);
+    Ok(())
+}
+
+/// Whether a learning run's app (a descendant of `root`) looks ready now: for window apps,
+/// a matching mapped window; for output or file apps, the file (output is not watched while
+/// learning: those apps are closed when the recorder reports the idle period).
+fn app_ready_under(ctx: &Ctx<'_>, app: &AppSpec, root: i32) -> bool {
+    if descendants(root).is_empty() {
+        return false;
+    }
+    match ctx.ready(app) {
+        Ready::File(p) => Path::new(&p).exists(),
+        Ready::Window(re) => ctx
+            .display
+            .as_deref()
+            .is_some_and(|d| window_present(d, &re)),
+        Ready::Output(_) | Ready::Exit => false,
+    }
+}
+
+fn window_present(display: &str, re: &regex::Regex) -> bool {
+    let out = Command::new("xwininfo")
+        .args(["-root", "-children", "-display", display])
+        .output();
+    let Ok(out) = out else { return false };
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+        // 0x200075 "Title": ("class" "Class")  1165x924+57+50  +57+50
+        l.split('"').nth(1).is_some_and(|t| re.is_match(t))
+            && !l.contains(" 1x1+")
+            && !l.contains(" 10x10+")
+    })
+}
+
+fn descendants(root: i32) -> Vec<i32> {
+    let mut parent = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.filter_map(Result::ok) {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            if let Some(pp) = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|s| s.parse::<i32>().ok())
+            {
+                parent.push((p, pp));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(c) = todo.pop() {
+        for (p, pp) in &parent {
+            if *pp == c && !out.contains(p) {
+                out.push(*p);
+                todo.push(*p);
+            }
+        }
+    }
+    out
+}
+
+fn close_descendants(root: i32) {
+    for sig in [libc::SIGTERM, libc::SIGKILL] {
+        for p in descendants(root) {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(p, sig) };
+        }
+        let t = Instant::now();
+        while !descendants(root).is_empty() && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn planned_files(db: &Path, app: &str) -> Vec<String> {
+    let Ok(store) = Store::open(db) else {
+        return vec![];
+    };
+    let Ok(row) = store.find_app(app) else {
+        return vec![];
+    };
+    let Ok(Some(plan)) = store.plan(&row) else {
+        return vec![];
+    };
+    plan.files
+        .iter()
+        .filter(|f| f.kind == FileKind::Regular)
+        .map(|f| f.path.display().to_string())
+        .collect()
+}
+
+fn measure(
+    ctx: &Ctx<'_>,
+    app: &AppSpec,
+    sc: &Scenario,
+    round: u32,
+    res: &mut AppResult,
+) -> Result<(), BenchError> {
+    let argv = ctx.argv(app);
+    let ready = ctx.ready(app);
+    let mut ws_run = ctx.ws();
+    ws_run.extend(["run", "--app", &app.name].map(String::from));
+    if let Scenario::Warmstart(Some(s)) = sc {
+        ws_run.extend(["--strategy".to_string(), s.clone()]);
+    }
+    ws_run.push("--".into());
+    ws_run.extend(argv.iter().cloned());
+    let mut prefetch = ctx.ws();
+    prefetch.extend(["prefetch", "--wait", &app.name].map(String::from));
+    let sample = |ctx: &Ctx<'_>,
+                  argv: &[String],
+                  r: &Ready,
+                  timeline: bool|
+     -> Result<(Outcome, Vec<Point>), BenchError> {
+        let sampler = timeline.then(|| {
+            Sampler::start(
+                disk_of(&ctx.opts.state_dir).unwrap_or_else(|| "vda".into()),
+                Duration::from_millis(10),
+            )
+        });
+        let o = ctx.run_one(app, argv, r)?;
+        let pts: Vec<Point> = sampler
+            .map(Sampler::finish)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.t_ms <= o.ms + 10.0)
+            .collect();
+        Ok((o, pts))
+    };
+    let timeline = round == 1 && matches!(sc, Scenario::Cold | Scenario::Warmstart(None));
+    let (ms, ok) = match sc {
+        Scenario::Cold | Scenario::Warmstart(_) => {
+            ctx.cold()?;
+            let a = if *sc == Scenario::Cold {
+                &argv
+            } else {
+                &ws_run
+            };
+            let (o, pts) = sample(ctx, a, &ready, timeline)?;
+            if timeline {
+                if let Some(p) = pts.iter().rev().find(|p| p.disk_busy > 0.0) {
+                    res.last_io_ms.insert(sc.name(), p.t_ms);
+                }
+                res.timeline.insert(sc.name(), pts);
+            }
+            (o.ms, o.ready)
+        }
+        Scenario::Warm => {
+            let o = ctx.run_one(app, &argv, &ready)?;
+            (o.ms, o.ready)
+        }
+        Scenario::WarmWarmstart => {
+            let o = ctx.run_one(app, &ws_run, &ready)?;
+            (o.ms, o.ready)
+        }
+        Scenario::PrefetchOnly => {
+            ctx.cold()?;
+            let o = ctx.run_one(app, &prefetch, &Ready::Exit)?;
+            if let Some(u) = o.usage {
+                let rss = res
+                    .overhead
+                    .prefetcher_peak_rss_kb
+                    .unwrap_or(0)
+                    .max(u.max_rss_kb);
+                res.overhead.prefetcher_peak_rss_kb = Some(rss);
+            }
+            (o.ms, o.ready && o.exit.is_some_and(|e| e.success()))
+        }
+        Scenario::FetchThenLaunch => {
+            ctx.cold()?;
+            let p = ctx.run_one(app, &prefetch, &Ready::Exit)?;
+            let o = ctx.run_one(app, &argv, &ready)?;
+            (p.ms + o.ms, p.ready && o.ready)
+        }
+        Scenario::WholeFiles => {
+            ctx.cold()?;
+            let files = planned_files(&ctx.db, &app.name);
+            let vm = Command::new("vmtouch")
+                .arg("-q")
+                .arg("-t")
+                .args(&files)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .map_err(|e| {
+                    BenchError::Setup(format!(
+                        "cannot run vmtouch (install it: bench/install-suite): {e}"
+                    ))
+                })?;
+            let o = ctx.run_one(app, &argv, &ready);
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(vm.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = crate::sys::wait4(vm.id() as i32, false);
+            let o = o?;
+            (o.ms, o.ready)
+        }
+    };
+    res.samples.push(Measurement {
+        scenario: sc.name(),
+        round,
+        ms,
+        ready: ok,
+    });
+    Ok(())
+}
+
+fn summarize(res: &mut AppResult) {
+    let mut by: BTreeMap<String, (Vec<f64>, usize)> = BTreeMap::new();
+    for s in &res.samples {
+        let e = by.entry(s.scenario.clone()).or_default();
+        if s.ready {
+            e.0.push(s.ms);
+        } else {
+            e.1 += 1;
+        }
+    }
+    let med = |name: &str| {
+        by.get(name)
+            .and_then(|(v, _)| Spread::of(v))
+            .map(|s| s.median)
+    };
+    let (cold, warm) = (med("cold"), med("warm"));
+    for (name, (v, failed)) in &by {
+        let sp = Spread::of(v).unwrap_or_default();
+        res.summary.insert(
+            name.clone(),
+            ScenarioSummary {
+                median_ms: sp.median,
+                min_ms: sp.min,
+                max_ms: sp.max,
+                n: sp.n,
+                failed: *failed,
+                normalized: cold.map_or(0.0, |c| if c > 0.0 { sp.median / c } else { 0.0 }),
+                gap_closed: match (cold, warm) {
+                    (Some(c), Some(w)) if sp.n > 0 => gap_closed(c, w, sp.median),
+                    _ => None,
+                },
+            },
+        );
+    }
+    res.t_bound_ms = match (med("prefetch-only"), warm) {
+        (Some(p), Some(w)) => Some(p.max(w)),
+        (None, Some(w)) => Some(w),
+        _ => None,
+    };
+    res.overhead.warm_overhead_ms = match (med("warm+warmstart"), warm) {
+        (Some(a), Some(w)) => Some(a - w),
+        _ => None,
+    };
+    res.overhead.learning_slowdown = match (Spread::of(&res.learning_run_ms), cold) {
+        (Some(l), Some(c)) if c > 0.0 => Some(l.median / c),
+        _ => None,
+    };
+}
+
+fn together(
+    ctx: &Ctx<'_>,
+    apps: &[AppSpec],
+    k: usize,
+    rounds: u32,
+    progress: &mut dyn FnMut(&str),
+) -> Result<TogetherResult, BenchError> {
+    let chosen: Vec<AppSpec> = apps.iter().take(k).cloned().collect();
+    let mut r = TogetherResult {
+        k,
+        apps: chosen.iter().map(|a| a.name.clone()).collect(),
+        cold_ms: vec![],
+        warmstart_ms: vec![],
+    };
+    for round in 1..=rounds {
+        for ws in [false, true] {
+            progress(&format!(
+                "together K={k} round {round} {}",
+                if ws { "warmstart" } else { "cold" }
+            ));
+            ctx.cold()?;
+            let t0 = Instant::now();
+            let results: Vec<Result<Outcome, BenchError>> = std::thread::scope(|s| {
+                let hs: Vec<_> = chosen
+                    .iter()
+                    .map(|app| {
+                        s.spawn(move || {
+                            let mut argv = ctx.argv(app);
+                            if ws {
+                                let mut w = ctx.ws();
+                                w.extend(["run", "--app", &app.name, "--"].map(String::from));
+                                w.extend(argv);
+                                argv = w;
+                            }
+                            ctx.run_one(app, &argv, &ctx.ready(app))
+                        })
+                    })
+                    .collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or(Err(BenchError::Setup("launch thread panicked".into())))
+                    })
+                    .collect()
+            });
+            let all_ok = results.iter().all(|o| o.as_ref().is_ok_and(|o| o.ready));
+            for o in results {
+                o?;
+            }
+            let ms = t0.elapsed().as_secs_f64() * 1e3;
+            if all_ok {
+                if ws {
+                    r.warmstart_ms.push(ms)
+                } else {
+                    r.cold_ms.push(ms)
+                }
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// Run the benchmark. An app whose setup or learning fails is reported with its error and
+/// skipped; an interrupt stops everything and returns `BenchError::Interrupted`.
+pub fn run(
+    opts: &BenchOptions,
+    interrupt: &AtomicUsize,
+    progress: Progress<'_>,
+) -> Result<Results, BenchError> {
+    let db = opts.state_dir.join("bench.db");
+    std::fs::create_dir_all(&opts.state_dir)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", opts.state_dir.display())))?;
+    let needs_x = opts.apps.iter().any(|a| a.ready.is_gui());
+    let xvfb = if needs_x { Some(Xvfb::start()?) } else { None };
+    let ctx = Ctx {
+        opts,
+        db,
+        venv: opts.state_dir.join("venv"),
+        display: xvfb.as_ref().map(|x| x.display.clone()),
+        interrupt,
+    };
+    let per_app = 1 + opts.rounds as u64 * opts.scenarios.len() as u64;
+    let total =
+        per_app * opts.apps.len() as u64 + opts.together.len() as u64 * opts.rounds as u64 * 2;
+    let mut done = 0u64;
+    let mut results: Vec<AppResult> = opts
+        .apps
+        .iter()
+        .map(|a| AppResult {
+            name: a.name.clone(),
+            command: a.command.clone(),
+            ..AppResult::default()
+        })
+        .collect();
+    let mut live = vec![true; opts.apps.len()];
+    for (i, app) in opts.apps.iter().enumerate() {
+        progress(&format!("{}: setup and learning", app.name), done, total);
+        // One untimed launch first: an app's very first start (creating its profile, caches)
+        // is not the launch it will repeat, and must not be the one it is learned from.
+        let r = setup_app(&ctx, app)
+            .and_then(|_| {
+                ctx.run_one(app, &ctx.argv(app), &ctx.ready(app))
+                    .map(|_| ())
+            })
+            .and_then(|_| learn_app(&ctx, app, &mut results[i]));
+        match r {
+            Ok(()) => {}
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                results[i].error = Some(e.to_string());
+                live[i] = false;
+                done += per_app - 1;
+            }
+        }
+        done += 1;
+    }
+    for round in 1..=opts.rounds {
+        for (i, app) in opts.apps.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            for sc in &opts.scenarios {
+                progress(
+                    &format!(
+                        "{} · {} · round {round}/{}",
+                        app.name,
+                        sc.name(),
+                        opts.rounds
+                    ),
+                    done,
+                    total,
+                );
+                match measure(&ctx, app, sc, round, &mut results[i]) {
+                    Ok(()) => {}
+                    Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+                    Err(e) => {
+                        results[i].error = Some(e.to_string());
+                    }
+                }
+                done += 1;
+            }
+        }
+    }
+    for r in &mut results {
+        summarize(r);
+    }
+    let batch: Vec<AppSpec> = opts
+        .apps
+        .iter()
+        .zip(&live)
+        .filter(|(a, l)| **l && !a.ready.is_gui())
+        .map(|(a, _)| a.clone())
+        .collect();
+    let mut tog = Vec::new();
+    for &k in &opts.together {
+        let k = k.min(batch.len());
+        if k == 0 {
+            continue;
+        }
+        let mut p = |s: &str| {
+            progress(s, done, total);
+            done += 1;
+        };
+        tog.push(together(&ctx, &batch, k, opts.rounds, &mut p)?);
+    }
+    progress("done", total, total);
+    let mut geo = BTreeMap::new();
+    for sc in &opts.scenarios {
+        let name = sc.name();
+        let norm: Vec<f64> = results
+            .iter()
+            .filter_map(|r| r.summary.get(&name))
+            .map(|s| s.normalized)
+            .filter(|v| *v > 0.0)
+            .collect();
+        let gaps: Vec<f64> = results
+            .iter()
+            .filter_map(|r| r.summary.get(&name)?.gap_closed)
+            .collect();
+        geo.insert(
+            name,
+            GeoRow {
+                normalized: geomean(&norm),
+                gap_closed: geomean(&gaps),
+            },
+        );
+    }
+    drop(xvfb);
+    Ok(Results {
+        machine: machine(),
+        rounds: opts.rounds,
+        scenarios: opts.scenarios.iter().map(Scenario::name).collect(),
+        apps: results,
+        geomean: geo,
+        together: tog,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_names_round_trip() {
+        for s in Scenario::all(&["fast".into()]) {
+            assert_eq!(Scenario::parse(&s.name()), Some(s.clone()), "{}", s.name());
+        }
+        assert_eq!(Scenario::parse("nope"), None);
+    }
+
+    #[test]
+    fn summary_derives_the_papers_measures() {
+        let mut r = AppResult::default();
+        let m = |s: &str, ms: f64| Measurement {
+            scenario: s.into(),
+            round: 1,
+            ms,
+            ready: true,
+        };
+        r.samples = vec![
+            m("cold", 1000.0),
+            m("cold", 1100.0),
+            m("cold", 900.0),
+            m("warm", 500.0),
+            m("warmstart", 600.0),
+            m("prefetch-only", 300.0),
+            m("warm+warmstart", 520.0),
+        ];
+        r.samples.push(Measurement {
+            scenario: "warmstart".into(),
+            round: 2,
+            ms: 0.0,
+            ready: false,
+        });
+        r.learning_run_ms = vec![1200.0];
+        summarize(&mut r);
+        let ws = &r.summary["warmstart"];
+        assert_eq!(ws.median_ms, 600.0);
+        assert_eq!(ws.failed, 1);
+        assert!((ws.normalized - 0.6).abs() < 1e-9);
+        assert!((ws.gap_closed.unwrap() - 0.8).abs() < 1e-9);
+        assert_eq!(r.t_bound_ms, Some(500.0));
+        assert_eq!(r.overhead.warm_overhead_ms, Some(20.0));
+        assert!((r.overhead.learning_slowdown.unwrap() - 1.2).abs() < 1e-9);
+    }
+}
