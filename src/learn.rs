@@ -7,9 +7,13 @@ use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 
 use crate::app::AppKey;
+use crate::device::DeviceFacts;
 use crate::plan::Plan;
 use crate::resolve::{DirBlocks, Resolver};
-use crate::schedule::{build_plan, SysDevicePaths};
+use crate::schedule::{
+    build_base, plan_for, Base, FiemapDisk, ParalfetchSettings, Strategy, StrategyContext,
+    SysDevicePaths,
+};
 use crate::sequence::{extract, RawRun, SysBlockDevices};
 use crate::store::{LaunchRecord, Store, StoreError};
 use crate::sys::{self, Exit};
@@ -27,6 +31,8 @@ pub enum LearnError {
     CommandFailed { app: String, run: u32, exit: Exit },
     #[error("cannot set warmstart as child subreaper: {0}")]
     Subreaper(String),
+    #[error("measuring the device: {0}")]
+    Device(String),
 }
 
 #[derive(Clone, Debug)]
@@ -57,6 +63,8 @@ pub struct Learned {
     /// Fraction of traced file-data bytes that resolved to a verified path.
     pub resolved_fraction: f64,
     pub last_exit: Exit,
+    /// Every strategy's plan (`plan` is the `trace` one).
+    pub plans: Vec<Plan>,
     /// Extraction, resolution and scheduling, after the last learning run.
     pub plan_build_ms: f64,
     /// Size of the stored plan blob.
@@ -102,18 +110,17 @@ pub fn learn(
         progress(i, total, &run);
         runs.push(run);
     }
+    let app_id = store.upsert_app(key)?;
+    let facts = device_facts(store, &opts.trace.run_dir)?;
     let build_start = std::time::Instant::now();
-    let seq = extract(&runs);
-    let resolver = Resolver::from_runs(&runs);
-    let dirs = DirBlocks::build(resolver.dirs());
-    let mut plan = build_plan(
-        &key.key,
-        &seq,
-        &resolver,
-        &SysDevicePaths,
-        &dirs,
-        Vec::new(),
-    );
+    let base = base_of(&key.key, &runs);
+    let settings = store.app_settings(app_id)?;
+    let mut plans = plans_for(&base, &facts, settings.paralfetch);
+    let plan = plans
+        .iter()
+        .find(|p| p.strategy == Strategy::Trace.name())
+        .cloned()
+        .unwrap_or_else(|| base.skeleton.clone());
     let p = &plan.provenance;
     let unresolved_bytes = p.unresolved_pages * page;
     let resolved_fraction = if p.traced_data_bytes == 0 {
@@ -122,8 +129,12 @@ pub fn learn(
         1.0 - unresolved_bytes as f64 / p.traced_data_bytes as f64
     };
     let plan_build_ms = build_start.elapsed().as_secs_f64() * 1e3;
-    let app_id = store.upsert_app(key)?;
-    store.save_learning(app_id, &runs, &mut plan)?;
+    store.save_learning(app_id, &runs, &mut plans)?;
+    let plan = plans
+        .iter()
+        .find(|p| p.strategy == Strategy::Trace.name())
+        .cloned()
+        .unwrap_or(plan);
     let plan_bytes = plan.encode().map(|b| b.len()).unwrap_or(0);
     for r in &runs {
         let (exit_code, signal) = match r.exit() {
@@ -149,9 +160,113 @@ pub fn learn(
         plan,
         resolved_fraction,
         last_exit,
+        plans,
         plan_build_ms,
         plan_bytes,
     })
+}
+
+/// The launch-order base of an app's plans, from its learning runs.
+pub fn base_of(app: &str, runs: &[RawRun]) -> Base {
+    let seq = extract(runs);
+    let resolver = Resolver::from_runs(runs);
+    let dirs = DirBlocks::build(resolver.dirs());
+    build_base(
+        app,
+        &seq,
+        &resolver,
+        &SysDevicePaths,
+        &dirs,
+        &mut FiemapDisk::default(),
+        Vec::new(),
+    )
+}
+
+/// Every strategy's plan of `base` on a device with these facts.
+pub fn plans_for(
+    base: &Base,
+    facts: &DeviceFacts,
+    paralfetch: Option<ParalfetchSettings>,
+) -> Vec<Plan> {
+    let queueing = facts.queueing();
+    let mut timer = crate::device::Model(*facts);
+    let mut cx = StrategyContext {
+        queueing,
+        paralfetch: paralfetch.unwrap_or_else(|| ParalfetchSettings::defaults(queueing)),
+        disk: &mut timer,
+    };
+    Strategy::ALL
+        .iter()
+        .map(|s| plan_for(base, *s, &mut cx))
+        .collect()
+}
+
+/// The facts of the device holding the state directory: measured once, then from the store.
+pub fn device_facts(store: &mut Store, run_dir: &Path) -> Result<DeviceFacts, LearnError> {
+    let state_dir = store
+        .path()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| run_dir.to_path_buf());
+    let dev = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&state_dir)
+            .map(|m| crate::sys::Dev::from_user(m.dev()).to_string())
+            .unwrap_or_else(|_| "unknown".into())
+    };
+    if let Some(f) = store.device_facts(&dev)? {
+        return Ok(f);
+    }
+    let f = crate::device::measure(&state_dir).map_err(|e| LearnError::Device(e.to_string()))?;
+    tracing::info!(
+        "measured device {dev}: {:.0} us per 4 KiB read at depth 1, {:.1}x the IOPS at depth 32 ({}), {:.0} MiB/s sequential",
+        f.qd1_latency_us,
+        f.parallelism(),
+        if f.queueing() { "queueing" } else { "not queueing" },
+        f.seq_mib_s
+    );
+    store.put_device_facts(&dev, &f)?;
+    Ok(f)
+}
+
+/// Dynamic scheduling's re-plan: the `paralfetch` plan rebuilt with new thresholds from the
+/// stored launch-order (`fast`) plan. It keeps that plan's file table as recorded, so files
+/// changed since recording still count as stale (re-resolving them would hide that), and it
+/// needs no filesystem access. Off the launch path: the application has already exited.
+pub fn replan_paralfetch(
+    store: &mut Store,
+    app: &crate::store::AppRow,
+    settings: ParalfetchSettings,
+    queueing: bool,
+) -> Result<(), LearnError> {
+    let Some(base) = store.plan_for(app, Strategy::Fast.name())? else {
+        return Ok(());
+    };
+    let items: Vec<crate::schedule::Item> = base
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| crate::schedule::Item {
+            entry: *e,
+            t: i as u64,
+            disk: None,
+        })
+        .collect();
+    let mut plan = base.clone();
+    plan.strategy = Strategy::Paralfetch.name().into();
+    plan.entries = crate::schedule::strategy::paralfetch(&items, settings, plan.page_size as u64)
+        .into_iter()
+        .map(|i| i.entry)
+        .collect();
+    plan.hold_entries = 0;
+    plan.notes = vec![format!(
+        "metadata shift {} KiB, I/O distance {} ({} device); raised by dynamic scheduling",
+        settings.shift_bytes / 1024,
+        settings.distance,
+        if queueing { "queueing" } else { "non-queueing" }
+    )];
+    store.put_plan(app.id, &plan)?;
+    Ok(())
 }
 
 fn now_unix() -> i64 {

@@ -13,7 +13,7 @@ use crate::resolve::{FileId, FileKind};
 use crate::sys::Dev;
 
 pub const MAGIC: [u8; 4] = *b"WSPL";
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 /// A block device holding filesystem metadata the plan prefetches.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,7 +60,7 @@ pub struct Provenance {
     pub unused_pages_dropped: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub app: String,
     pub created_unix: u64,
@@ -71,6 +71,15 @@ pub struct Plan {
     pub devices: Vec<BlockDevice>,
     pub entries: Vec<Entry>,
     pub provenance: Provenance,
+    /// The application waits (up to a cap) until the first `hold_entries` entries are in
+    /// memory: all of them for `sorted`, the first segment for `hybrid`, none otherwise.
+    pub hold_entries: u32,
+    /// `hybrid`: entries per segment, in fetch order.
+    pub segments: Vec<u32>,
+    /// `hybrid`: the expected launch time (IEICE Alg. 1), ms.
+    pub t_exp_ms: Option<f64>,
+    /// What `plan show` should say about how this plan was made.
+    pub notes: Vec<String>,
 }
 
 /// Totals shown by `plan show` and used by the prefetcher's memory cap.
@@ -101,6 +110,13 @@ impl Plan {
     /// Internal consistency: indices in range, ranges non-empty and not overflowing.
     pub fn validate(&self) -> Result<(), CodecError> {
         let bad = |m: String| Err(CodecError::Invalid(m));
+        if self.hold_entries as usize > self.entries.len() {
+            return bad(format!(
+                "holds {} of {} entries",
+                self.hold_entries,
+                self.entries.len()
+            ));
+        }
         if !self.page_size.is_power_of_two() || self.page_size < 512 {
             return bad(format!("page size {}", self.page_size));
         }
@@ -221,6 +237,10 @@ pub(crate) mod tests {
                 dropped_pages: 3,
                 unused_pages_dropped: 0,
             },
+            hold_entries: 0,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec!["a note".into()],
         }
     }
 

@@ -429,6 +429,17 @@ impl Engine<'_> {
 
 /// Replay `plan` now, blocking until done or `stop` is set.
 pub fn prefetch(plan: &Plan, opts: &PrefetchOptions, stop: &AtomicBool) -> PrefetchReport {
+    prefetch_holding(plan, opts, stop, &|| {})
+}
+
+/// `prefetch`, calling `on_head` once the plan's first `hold_entries` entries are in memory
+/// (at once if it holds nothing): the launcher releases the application then.
+pub fn prefetch_holding(
+    plan: &Plan,
+    opts: &PrefetchOptions,
+    stop: &AtomicBool,
+    on_head: &(dyn Fn() + Sync),
+) -> PrefetchReport {
     let start = Instant::now();
     // Metadata: exact blocks from the block device when it can be opened, otherwise the
     // filesystem-level operations (lookups and listings) the plan carries for that case.
@@ -547,7 +558,23 @@ pub fn prefetch(plan: &Plan, opts: &PrefetchOptions, stop: &AtomicBool) -> Prefe
         start,
     };
     let jobs = opts.jobs.max(1);
+    let hold = plan.hold_entries as usize;
+    let head_work = engine
+        .work
+        .iter()
+        .take_while(|w| (w.entry as usize) < hold)
+        .count();
     std::thread::scope(|s| {
+        // The holder: once the head's requests are issued, wait for their pages, release.
+        s.spawn(|| {
+            while engine.next.load(Ordering::Relaxed) < head_work && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            if hold > 0 && !stop.load(Ordering::Relaxed) {
+                wait_resident_entries(plan, 0..hold);
+            }
+            on_head();
+        });
         for _ in 0..meta_jobs {
             s.spawn(|| engine.meta_worker(stop));
         }
@@ -585,10 +612,15 @@ pub fn prefetch(plan: &Plan, opts: &PrefetchOptions, stop: &AtomicBool) -> Prefe
 /// I/O, so reading one byte at each end of each range waits for everything already issued
 /// (and reads what was not). Returns how many ranges were checked.
 pub fn wait_resident(plan: &Plan) -> usize {
+    wait_resident_entries(plan, 0..plan.entries.len())
+}
+
+/// `wait_resident` for some of the entries.
+pub fn wait_resident_entries(plan: &Plan, range: std::ops::Range<usize>) -> usize {
     let mut fds: Vec<Option<Option<OwnedFd>>> = (0..plan.files.len()).map(|_| None).collect();
     let mut n = 0;
     let mut b = [0u8; 1];
-    for e in &plan.entries {
+    for e in plan.entries.get(range).unwrap_or(&[]) {
         let Entry::Data { file, offset, len } = *e else {
             continue;
         };
@@ -611,12 +643,28 @@ pub struct Running {
 
 impl Running {
     pub fn start(plan: Arc<Plan>, opts: PrefetchOptions) -> std::io::Result<Running> {
+        Ok(Running::start_holding(plan, opts)?.0)
+    }
+
+    /// Start, with a channel that receives once the plan's held head is in memory.
+    pub fn start_holding(
+        plan: Arc<Plan>,
+        opts: PrefetchOptions,
+    ) -> std::io::Result<(Running, std::sync::mpsc::Receiver<()>)> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
         let handle = std::thread::Builder::new()
             .name("warmstart-prefetch".into())
-            .spawn(move || prefetch(&plan, &opts, &s2))?;
-        Ok(Running { stop, handle })
+            .spawn(move || {
+                prefetch_holding(&plan, &opts, &s2, &|| {
+                    if let Ok(t) = tx.lock() {
+                        let _ = t.send(());
+                    }
+                })
+            })?;
+        Ok((Running { stop, handle }, rx))
     }
 
     /// The whole plan has been issued.
@@ -651,6 +699,10 @@ mod tests {
             devices: vec![],
             entries,
             provenance: Provenance::default(),
+            hold_entries: 0,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec![],
         }
     }
 
@@ -769,6 +821,43 @@ mod tests {
         );
         assert_eq!(r.data_bytes, 2048);
         assert_eq!(r.capped_bytes, 2048);
+    }
+
+    #[test]
+    fn holder_signals_once_the_head_is_resident() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::write(&a, vec![1u8; 64 * 1024]).unwrap();
+        let mut plan = plan_for(
+            vec![FileId::of(&a).unwrap()],
+            vec![
+                Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 32768,
+                },
+                Entry::Data {
+                    file: 0,
+                    offset: 32768,
+                    len: 32768,
+                },
+            ],
+        );
+        plan.hold_entries = 1;
+        let signalled = AtomicUsize::new(0);
+        let r = prefetch_holding(
+            &plan,
+            &PrefetchOptions::default(),
+            &AtomicBool::new(false),
+            &|| {
+                signalled.fetch_add(1, Ordering::SeqCst);
+            },
+        );
+        assert_eq!(signalled.load(Ordering::SeqCst), 1);
+        assert_eq!(r.data_bytes, 65536);
+        let (run, rx) = Running::start_holding(Arc::new(plan), PrefetchOptions::default()).unwrap();
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        run.join();
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::sequence::RawRun;
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
 const RUN_VERSION: u16 = 2;
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -93,6 +93,24 @@ pub struct LaunchRecord {
     pub prefetched_bytes: u64,
     pub stale_files: u32,
     pub prefetch_ms: f64,
+    /// The strategy whose plan was prefetched.
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// Voluntary context switches of the application's process tree while it was prefetched
+    /// (how often it had to wait; Paralfetch's dynamic-scheduling signal).
+    #[serde(default)]
+    pub waits: Option<u64>,
+}
+
+/// Per-app settings kept between launches.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AppSettings {
+    /// Paralfetch thresholds, raised by dynamic scheduling.
+    #[serde(default)]
+    pub paralfetch: Option<crate::schedule::ParalfetchSettings>,
+    /// How many times dynamic scheduling raised them.
+    #[serde(default)]
+    pub paralfetch_raises: u32,
 }
 
 pub struct Store {
@@ -190,6 +208,7 @@ impl Store {
             });
         }
         if v < 1 {
+            // (version 1 below; version 2 replaces the plans table right after)
             self.conn
                 .execute_batch(
                     "BEGIN IMMEDIATE;
@@ -220,6 +239,30 @@ impl Store {
                         data TEXT NOT NULL);
                      CREATE INDEX IF NOT EXISTS launches_app ON launches(app_id);
                      PRAGMA user_version = 1;
+                     COMMIT;",
+                )
+                .map_err(|e| self.sql(e))?;
+        }
+        if v < 2 {
+            // One plan per (app, strategy); version-1 plans are of an older format anyway.
+            self.conn
+                .execute_batch(
+                    "BEGIN IMMEDIATE;
+                     DROP TABLE IF EXISTS plans;
+                     CREATE TABLE plans(
+                        app_id INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
+                        strategy TEXT NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        entries INTEGER NOT NULL,
+                        bytes INTEGER NOT NULL,
+                        data BLOB NOT NULL,
+                        PRIMARY KEY(app_id, strategy));
+                     ALTER TABLE apps ADD COLUMN settings TEXT;
+                     CREATE TABLE IF NOT EXISTS devices(
+                        dev TEXT PRIMARY KEY,
+                        facts TEXT NOT NULL,
+                        measured_at INTEGER NOT NULL);
+                     PRAGMA user_version = 2;
                      COMMIT;",
                 )
                 .map_err(|e| self.sql(e))?;
@@ -289,13 +332,13 @@ impl Store {
             .ok_or_else(|| StoreError::NoSuchApp(key.key.clone()))
     }
 
-    /// Replace an app's runs and plan in one transaction; returns the new run ids. The plan's
-    /// provenance is filled with those ids before it is stored.
+    /// Replace an app's runs and plans (one per strategy) in one transaction; returns the new
+    /// run ids. The plans' provenance is filled with those ids before they are stored.
     pub fn save_learning(
         &mut self,
         app_id: i64,
         runs: &[RawRun],
-        plan: &mut Plan,
+        plans: &mut [Plan],
     ) -> Result<Vec<i64>, StoreError> {
         let path = self.path.clone();
         let sql = |source| StoreError::Sql {
@@ -315,42 +358,83 @@ impl Store {
             .map_err(sql)?;
             ids.push(tx.last_insert_rowid());
         }
-        plan.provenance.runs = ids.clone();
-        Self::put_plan_tx(&tx, app_id, plan).map_err(|e| match e {
-            StoreError::Sql { source, .. } => sql(source),
-            other => other,
-        })?;
+        tx.execute("DELETE FROM plans WHERE app_id = ?1", [app_id])
+            .map_err(sql)?;
+        for plan in plans.iter_mut() {
+            plan.provenance.runs = ids.clone();
+            Self::put_plan_tx(&tx, app_id, plan)?.map_err(sql)?;
+        }
         tx.commit().map_err(sql)?;
         Ok(ids)
     }
 
+    /// Insert or replace one plan (re-planning without re-learning).
+    pub fn put_plan(&mut self, app_id: i64, plan: &Plan) -> Result<(), StoreError> {
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        Self::put_plan_tx(&tx, app_id, plan)?.map_err(sql)?;
+        tx.commit().map_err(sql)
+    }
+
+    /// The SQL result is returned inside so callers can name their database in errors.
     fn put_plan_tx(
         tx: &rusqlite::Transaction<'_>,
         app_id: i64,
         plan: &Plan,
-    ) -> Result<(), StoreError> {
+    ) -> Result<rusqlite::Result<()>, StoreError> {
         let blob = plan.encode()?;
         let s = plan.summary();
-        tx.execute(
-            "INSERT INTO plans(app_id, created_at, entries, bytes, data) VALUES(?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT(app_id) DO UPDATE SET created_at = excluded.created_at,
-                entries = excluded.entries, bytes = excluded.bytes, data = excluded.data",
-            params![app_id, now_unix(), s.entries as i64, s.bytes as i64, blob],
-        )
-        .map_err(|source| StoreError::Sql {
-            path: PathBuf::new(),
-            source,
-        })?;
-        Ok(())
+        Ok(tx
+            .execute(
+                "INSERT INTO plans(app_id, strategy, created_at, entries, bytes, data)
+                 VALUES(?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(app_id, strategy) DO UPDATE SET created_at = excluded.created_at,
+                    entries = excluded.entries, bytes = excluded.bytes, data = excluded.data",
+                params![
+                    app_id,
+                    plan.strategy,
+                    now_unix(),
+                    s.entries as i64,
+                    s.bytes as i64,
+                    blob
+                ],
+            )
+            .map(|_| ()))
     }
 
-    /// The app's plan: Ok(None) if it has none; a corrupt blob is `CorruptPlan`.
+    /// Strategies the app has plans for.
+    pub fn plan_strategies(&self, app_id: i64) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT strategy FROM plans WHERE app_id = ?1 ORDER BY strategy")
+            .map_err(|e| self.sql(e))?;
+        let v = stmt
+            .query_map([app_id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(v)
+    }
+
+    /// The app's launch-order (`trace`) plan: Ok(None) if it has none; a corrupt blob is
+    /// `CorruptPlan`.
     pub fn plan(&self, app: &AppRow) -> Result<Option<Plan>, StoreError> {
+        self.plan_for(app, "trace")
+    }
+
+    /// The app's plan for `strategy`.
+    pub fn plan_for(&self, app: &AppRow, strategy: &str) -> Result<Option<Plan>, StoreError> {
         let blob: Option<Vec<u8>> = self
             .conn
-            .query_row("SELECT data FROM plans WHERE app_id = ?1", [app.id], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT data FROM plans WHERE app_id = ?1 AND strategy = ?2",
+                params![app.id, strategy],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(|e| self.sql(e))?;
         match blob {
@@ -394,7 +478,7 @@ impl Store {
                 "SELECT a.key, p.entries, p.bytes, p.created_at,
                     (SELECT COUNT(*) FROM runs r WHERE r.app_id = a.id),
                     (SELECT COUNT(*) FROM launches l WHERE l.app_id = a.id)
-                 FROM apps a LEFT JOIN plans p ON p.app_id = a.id ORDER BY a.key",
+                 FROM apps a LEFT JOIN plans p ON p.app_id = a.id AND p.strategy = 'trace' ORDER BY a.key",
             )
             .map_err(|e| self.sql(e))?;
         let rows = stmt
@@ -414,6 +498,80 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.sql(e))?;
         Ok(rows)
+    }
+
+    pub fn app_settings(&self, app_id: i64) -> Result<AppSettings, StoreError> {
+        let s: Option<String> = self
+            .conn
+            .query_row("SELECT settings FROM apps WHERE id = ?1", [app_id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.sql(e))?
+            .flatten();
+        // Unreadable settings are as good as none: they only tune performance.
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default())
+    }
+
+    pub fn set_app_settings(
+        &mut self,
+        app_id: i64,
+        settings: &AppSettings,
+    ) -> Result<(), StoreError> {
+        let j = serde_json::to_string(settings).unwrap_or_else(|_| "{}".into());
+        self.conn
+            .execute(
+                "UPDATE apps SET settings = ?1 WHERE id = ?2",
+                params![j, app_id],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// The app's default strategy (None: auto).
+    pub fn set_app_strategy(
+        &mut self,
+        app_id: i64,
+        strategy: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE apps SET strategy = ?1 WHERE id = ?2",
+                params![strategy, app_id],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    pub fn device_facts(
+        &self,
+        dev: &str,
+    ) -> Result<Option<crate::device::DeviceFacts>, StoreError> {
+        let s: Option<String> = self
+            .conn
+            .query_row("SELECT facts FROM devices WHERE dev = ?1", [dev], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    pub fn put_device_facts(
+        &mut self,
+        dev: &str,
+        facts: &crate::device::DeviceFacts,
+    ) -> Result<(), StoreError> {
+        let j = serde_json::to_string(facts).unwrap_or_else(|_| "{}".into());
+        self.conn
+            .execute(
+                "INSERT INTO devices(dev, facts, measured_at) VALUES(?1, ?2, ?3)
+                 ON CONFLICT(dev) DO UPDATE SET facts = excluded.facts, measured_at = excluded.measured_at",
+                params![dev, j, now_unix()],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
     }
 
     pub fn remove_app(&mut self, app_id: i64) -> Result<(), StoreError> {
@@ -501,7 +659,7 @@ mod tests {
         assert_eq!(s.upsert_app(&key("/usr/bin/x -c a")).unwrap(), id);
         let mut plan = sample_plan();
         let ids = s
-            .save_learning(id, &[raw_run(), raw_run()], &mut plan)
+            .save_learning(id, &[raw_run(), raw_run()], std::slice::from_mut(&mut plan))
             .unwrap();
         assert_eq!(ids.len(), 2);
         assert_eq!(plan.provenance.runs, ids);
@@ -524,14 +682,36 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
         let id = s.upsert_app(&key("a")).unwrap();
-        s.save_learning(id, &[raw_run(), raw_run()], &mut sample_plan())
+        s.save_learning(id, &[raw_run(), raw_run()], &mut [sample_plan()])
             .unwrap();
         let mut p2 = sample_plan();
-        p2.strategy = "other".into();
-        s.save_learning(id, &[raw_run()], &mut p2).unwrap();
+        p2.entries.truncate(1);
+        let mut p3 = sample_plan();
+        p3.strategy = "fast".into();
+        s.save_learning(id, &[raw_run()], &mut [p2, p3]).unwrap();
         assert_eq!(s.runs(id).unwrap().len(), 1);
         let app = s.find_app("a").unwrap();
-        assert_eq!(s.plan(&app).unwrap().unwrap().strategy, "other");
+        assert_eq!(s.plan(&app).unwrap().unwrap().entries.len(), 1);
+        assert_eq!(s.plan_for(&app, "fast").unwrap().unwrap().strategy, "fast");
+        assert_eq!(
+            s.plan_strategies(id).unwrap(),
+            vec!["fast".to_string(), "trace".to_string()]
+        );
+        let st = AppSettings {
+            paralfetch_raises: 2,
+            ..AppSettings::default()
+        };
+        s.set_app_settings(id, &st).unwrap();
+        assert_eq!(s.app_settings(id).unwrap(), st);
+        let f = crate::device::DeviceFacts {
+            qd1_latency_us: 60.0,
+            iops_qd1: 16000.0,
+            iops_qd32: 75000.0,
+            seq_mib_s: 1000.0,
+        };
+        s.put_device_facts("254:0", &f).unwrap();
+        assert_eq!(s.device_facts("254:0").unwrap(), Some(f));
+        assert_eq!(s.device_facts("8:0").unwrap(), None);
     }
 
     #[test]
@@ -557,7 +737,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
         let id = s.upsert_app(&key("a")).unwrap();
-        s.save_learning(id, &[raw_run()], &mut sample_plan())
+        s.save_learning(id, &[raw_run()], &mut [sample_plan()])
             .unwrap();
         let mut blob = sample_plan().encode().unwrap();
         blob[20] ^= 0xff;
@@ -571,7 +751,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
         let id = s.upsert_app(&key("a")).unwrap();
-        s.save_learning(id, &[raw_run()], &mut sample_plan())
+        s.save_learning(id, &[raw_run()], &mut [sample_plan()])
             .unwrap();
         let l = LaunchRecord {
             at_unix: 1,

@@ -640,3 +640,293 @@ fn help_for_every_command() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The benchmark harness.
+
+#[test]
+fn bench_end_to_end_on_the_synthetic_workload() {
+    let Some(_g) = privileged() else { return };
+    if Command::new("vmtouch").arg("-h").output().is_err() {
+        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("vmtouch (Debian package vmtouch) is needed for the whole-files scenario");
+        }
+        eprintln!("skipped: vmtouch not installed (bench/install-suite installs it)");
+        return;
+    }
+    let sb = Sandbox::new();
+    let suite = sb.path().join("suite.toml");
+    std::fs::write(
+        &suite,
+        format!(
+            r#"
+[[app]]
+name = "synth"
+setup = ["{SYNTH} gen {{work}}/app --files 24 --size-kb 96"]
+command = ["{SYNTH}", "launch", "{{work}}/app", "--cpu-us", "500"]
+ready = "exit"
+
+[[app]]
+name = "synth-output"
+setup = ["{SYNTH} gen {{work}}/app --files 8 --size-kb 32"]
+command = ["sh", "-c", "{SYNTH} launch {{work}}/app --cpu-us 200; echo launched; sleep 30"]
+ready = {{ output = "^launched$" }}
+"#
+        ),
+    )
+    .unwrap();
+    let out = sb.path().join("results");
+    let before = readahead_blks();
+    let o = run(sb.ws().args([
+        "bench",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--rounds",
+        "2",
+        "--together",
+        "2",
+        "--state-dir",
+        sb.path().join("bench-state").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_kernel_clean(&before);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let scenarios: Vec<String> = r["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "cold",
+        "warm",
+        "warm+warmstart",
+        "prefetch-only",
+        "warmstart",
+        "whole-files",
+        "fetch-then-launch",
+    ] {
+        assert!(
+            scenarios.iter().any(|s| s == want),
+            "scenario {want} missing: {scenarios:?}"
+        );
+    }
+    for app in r["apps"].as_array().unwrap() {
+        assert!(app["error"].is_null(), "{}", app["error"]);
+        for sc in &scenarios {
+            let s = &app["summary"][sc];
+            assert_eq!(s["n"], 2, "{} {sc}: {s}", app["name"]);
+            assert!(
+                s["median_ms"].as_f64().unwrap() > 0.0,
+                "{} {sc}: {s}",
+                app["name"]
+            );
+        }
+        assert!(app["plan_files"].as_u64().unwrap() >= 8);
+        assert!(app["overhead"]["prefetcher_peak_rss_kb"].as_u64().unwrap() > 0);
+        assert!(!app["timeline"]["cold"].as_array().unwrap().is_empty());
+    }
+    assert_eq!(r["together"][0]["k"], 2);
+    assert_eq!(r["together"][0]["cold_ms"].as_array().unwrap().len(), 2);
+    assert!(r["machine"]["kernel"].as_str().unwrap().len() > 1);
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        md.contains("| synth |") && md.contains("## Overheads"),
+        "{md}"
+    );
+    for f in ["normalized.svg", "timeline-synth.svg"] {
+        let svg = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(svg.contains("</svg>"), "{f}");
+    }
+    // Nothing of the benchmark keeps running.
+    let needle = format!("{}", sb.path().display());
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c).contains(&needle)
+                    && !String::from_utf8_lossy(&c).contains("cargo")
+            })
+        });
+    assert!(!left, "a benchmark process is still running");
+}
+
+#[test]
+fn bench_rejects_a_bad_suite_with_its_line() {
+    let sb = Sandbox::new();
+    let suite = sb.path().join("bad.toml");
+    std::fs::write(
+        &suite,
+        "[[app]]\nname = \"x\"\ncommand = [\"true\"]\nready = { output = \"(\" }\n",
+    )
+    .unwrap();
+    let o = run(sb.ws().args(["bench", "--suite", suite.to_str().unwrap()]));
+    if o.status.code() == Some(4) {
+        return; // not root: refused before reading the suite, which is also right
+    }
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = one_line_error(&o);
+    assert!(e.contains("line 2") && e.contains("bad regex"), "{e}");
+    let o = run(sb.ws().args(["bench", "--scenarios"]));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("fetch-then-launch"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Strategies.
+
+#[test]
+fn every_strategy_has_a_plan_and_runs() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(16, 64);
+    let o = run(sb
+        .ws()
+        .args([
+            "record",
+            "--runs",
+            "1",
+            "--app",
+            "st",
+            "--strategy",
+            "trace",
+            "--json",
+            "--",
+        ])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let rec = json(&o);
+    let names: Vec<&str> = rec["strategies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fast", "trace", "sorted", "paralfetch", "hybrid"]);
+    // The app's default is what plan show reports in use.
+    let show = json(&run(sb.ws().args(["plan", "show", "st", "--json"])));
+    assert_eq!(show["strategy_in_use"], "trace", "{show}");
+    for s in ["fast", "trace", "sorted", "paralfetch", "hybrid"] {
+        let show = json(&run(sb.ws().args([
+            "plan",
+            "show",
+            "st",
+            "--strategy",
+            s,
+            "--json",
+        ])));
+        assert!(show["entries"].as_u64().unwrap() > 0, "{s}: {show}");
+        if s == "sorted" {
+            assert_eq!(
+                show["hold_entries"], show["entries"],
+                "sorted holds the whole plan"
+            );
+        }
+        if s == "hybrid" {
+            assert!(show["t_exp_ms"].as_f64().unwrap() > 0.0, "{show}");
+            assert!(!show["segments"].as_array().unwrap().is_empty());
+        }
+        drop_caches();
+        let o = run(sb
+            .ws()
+            .args([
+                "run",
+                "--app",
+                "st",
+                "--strategy",
+                s,
+                "--stats",
+                "--json",
+                "--",
+            ])
+            .args(synth_launch(&app)));
+        assert!(o.status.success(), "{s}: {}", text(&o));
+        let line = String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap()
+            .to_string();
+        let st: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(st["strategy"], s);
+        assert!(
+            st["prefetch"]["data_bytes"].as_u64().unwrap() > 0,
+            "{s}: {st}"
+        );
+        if s == "sorted" || s == "hybrid" {
+            assert!(st["held_ms"].as_f64().is_some(), "{s} holds the app: {st}");
+        }
+    }
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "st", "--strategy", "bogus", "--", "true"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+#[test]
+fn dynamic_scheduling_raises_paralfetch_after_waiting_launches() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(24, 128);
+    let o = run(sb
+        .ws()
+        .args(["record", "--runs", "1", "--app", "dyn", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let before = json(&run(sb.ws().args([
+        "plan",
+        "show",
+        "dyn",
+        "--strategy",
+        "paralfetch",
+        "--json",
+    ])));
+    // A launch that waits a lot: the prefetch is capped to almost nothing, the cache is cold.
+    drop_caches();
+    let o = run(sb
+        .ws()
+        .args([
+            "run",
+            "--app",
+            "dyn",
+            "--strategy",
+            "paralfetch",
+            "--mem-cap-mb",
+            "1",
+            "--stats",
+            "--json",
+            "--",
+        ])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let after = json(&run(sb.ws().args([
+        "plan",
+        "show",
+        "dyn",
+        "--strategy",
+        "paralfetch",
+        "--json",
+    ])));
+    assert_eq!(after["paralfetch_raises"], 1, "{after}");
+    let (b, a) = (
+        &before["paralfetch_settings"],
+        &after["paralfetch_settings"],
+    );
+    let grew = a["shift_bytes"].as_u64() > b["shift_bytes"].as_u64().or(Some(64 * 1024))
+        || a["distance"].as_u64() > b["distance"].as_u64().or(Some(8));
+    assert!(grew, "before {b}, after {a}");
+    // The re-planned plan still knows the files as recorded (staleness is not hidden).
+    std::fs::write(app.join("manifest"), "changed\n").unwrap();
+    let after = json(&run(sb.ws().args([
+        "plan",
+        "show",
+        "dyn",
+        "--strategy",
+        "paralfetch",
+        "--json",
+    ])));
+    assert_eq!(after["stale_files"], 1, "{after}");
+}

@@ -69,7 +69,10 @@ pub fn markdown(r: &Results) -> String {
             a.t_bound_ms.map_or("–".into(), |t| format!("{t:.0}"))
         );
     }
-    let _ = writeln!(s, "\n## Across apps (geometric means)\n");
+    let _ = writeln!(
+        s,
+        "\n## Across apps (geometric means; gap closed from the mean normalised times)\n"
+    );
     let _ = writeln!(s, "| scenario | normalised time | gap closed |");
     let _ = writeln!(s, "|---|---:|---:|");
     for sc in &r.scenarios {
@@ -195,7 +198,8 @@ pub fn normalized_svg(r: &Results, path: &Path) -> std::io::Result<()> {
         .margin(12)
         .x_label_area_size(70)
         .y_label_area_size(50)
-        .build_cartesian_2d(0f64..apps.len().max(1) as f64, -ymax * 0.08..ymax * 1.05)
+        // Headroom above the bars for the legend.
+        .build_cartesian_2d(0f64..apps.len().max(1) as f64, -ymax * 0.08..ymax * 1.45)
         .map_err(plot_err)?;
     chart
         .configure_mesh()
@@ -281,7 +285,7 @@ pub fn timeline_svg(
     let (title, body) = root.split_vertically(30);
     title
         .draw_text(
-            &format!("{app}: CPU busy (blue, CPUs) and disk busy (red) over the launch"),
+            &format!("{app}: CPU busy (blue, in CPUs) and disk busy (red, full height = 100%) over the launch"),
             &("sans-serif", 16).into_text_style(&title),
             (10, 8),
         )

@@ -185,8 +185,8 @@ pub struct Results {
     pub rounds: u32,
     pub scenarios: Vec<String>,
     pub apps: Vec<AppResult>,
-    /// Across apps: geometric mean of normalised time, and of gap closed (apps whose gap
-    /// closed is positive; see README).
+    /// Across apps: geometric mean of normalised time, and the gap closed by that mean,
+    /// (1 - g) / (1 - g_warm), which counts every app, also those a scenario made slower.
     pub geomean: BTreeMap<String, GeoRow>,
     pub together: Vec<TogetherResult>,
 }

@@ -11,8 +11,9 @@ use crate::bench::run::{run, BenchOptions, Scenario};
 use crate::bench::suite::{AppSpec, Suite};
 use crate::bench::BenchError;
 
-/// Strategies the prefetcher offers besides its default (each becomes a scenario).
-pub const STRATEGIES: &[&str] = &[];
+/// Strategies the prefetcher offers (each becomes a scenario, `warmstart:<name>`; plain
+/// `warmstart` is the default, auto).
+pub const STRATEGIES: &[&str] = &["fast", "trace", "sorted", "paralfetch", "hybrid"];
 
 fn suite_path(p: &PathBuf) -> PathBuf {
     if p.exists() || p.is_absolute() {
@@ -83,7 +84,16 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
         rounds: a.rounds,
         scenarios,
         state_dir: a.state_dir.clone(),
-        warmstart_exe: std::env::current_exe().context("locating the warmstart binary")?,
+        // Measure the lean launcher users run, not this larger benchmark binary.
+        warmstart_exe: {
+            let me = std::env::current_exe().context("locating the warmstart binary")?;
+            let launcher = me.with_file_name("warmstart");
+            if launcher.exists() {
+                launcher
+            } else {
+                me
+            }
+        },
         together,
         learn_runs: a.learn_runs,
     };

@@ -152,6 +152,9 @@ pub struct RecordArgs {
     /// Keep learning runs whose command exits with a non-zero status.
     #[arg(long)]
     pub allow_failure: bool,
+    /// Set the app's default strategy (fast, trace, sorted, paralfetch, hybrid, auto).
+    #[arg(long)]
+    pub strategy: Option<String>,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -182,6 +185,13 @@ pub struct RunArgs {
     /// Threads of the metadata pass running ahead of the data workers (0: none).
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_META_JOBS as u16, value_parser = clap::value_parser!(u16).range(0..=16))]
     pub meta_jobs: u16,
+    /// Scheduling strategy: fast, trace, sorted, paralfetch, hybrid or auto (default: the
+    /// app's, set by `record --strategy`, else auto).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Longest the application is held while a strategy fetches its head first (ms).
+    #[arg(long, default_value_t = 2000)]
+    pub hold_cap_ms: u64,
     /// Use this app name instead of the key derived from the command.
     #[arg(long)]
     pub app: Option<String>,
@@ -211,6 +221,9 @@ pub enum PlanCommand {
         /// How many leading entries to print.
         #[arg(long, default_value_t = 10)]
         entries: usize,
+        /// Show this strategy's plan (default: the one the next `run` would use).
+        #[arg(long)]
+        strategy: Option<String>,
     },
     /// Forget an app: its plan, runs and history.
     Rm {

@@ -61,21 +61,49 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                 }
             }
         }
-        PlanCommand::Show { app, json, entries } => {
+        PlanCommand::Show {
+            app,
+            json,
+            entries,
+            strategy,
+        } => {
             let store = open_existing(db)?;
             let row = store.find_app(&app)?;
-            let plan = store.plan(&row)?.ok_or_else(|| {
-                fail(
-                    code::NOT_FOUND,
-                    format!("`{}` has no plan (record it first)", row.key),
-                )
-            })?;
+            // Which plan `run` would use now, and why.
+            let asked = strategy.as_deref().or(row.strategy.as_deref());
+            let (chosen, why) = match asked
+                .map(super::record::parse_strategy)
+                .transpose()?
+                .flatten()
+            {
+                Some(st) if strategy.is_some() => (st, "asked for".to_string()),
+                Some(st) => (st, "the app's default (record --strategy)".to_string()),
+                None => auto_choice(&store, &row, db)?,
+            };
+            let plan = match store.plan_for(&row, chosen.name())? {
+                Some(p) => p,
+                None => store.plan(&row)?.ok_or_else(|| {
+                    fail(
+                        code::NOT_FOUND,
+                        format!("`{}` has no plan (record it first)", row.key),
+                    )
+                })?,
+            };
+            let strategies = store.plan_strategies(row.id)?;
+            let settings = store.app_settings(row.id)?;
             let runs: Vec<(i64, i64)> = store
                 .runs(row.id)?
                 .into_iter()
                 .map(|(id, at, _)| (id, at))
                 .collect();
-            show(&plan, &row.key, &runs, json, entries);
+            let how = How {
+                chosen: chosen.name(),
+                why: &why,
+                strategies: &strategies,
+                paralfetch: settings.paralfetch,
+                raises: settings.paralfetch_raises,
+            };
+            show(&plan, &row.key, &runs, &how, json, entries);
         }
         PlanCommand::Rm { app } => {
             let mut store = open_existing(db)?;
@@ -87,7 +115,35 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
     Ok(code::OK)
 }
 
-fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], json: bool, n_entries: usize) {
+/// How `run` picks a plan for this app, for `plan show`.
+struct How<'a> {
+    chosen: &'a str,
+    why: &'a str,
+    strategies: &'a [String],
+    paralfetch: Option<crate::schedule::ParalfetchSettings>,
+    raises: u32,
+}
+
+fn auto_choice(
+    store: &Store,
+    row: &crate::store::AppRow,
+    db: &Path,
+) -> anyhow::Result<(crate::schedule::Strategy, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = db
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+        .map(|m| crate::sys::Dev::from_user(m.dev()).to_string())
+        .unwrap_or_default();
+    let queueing = store
+        .device_facts(&dev)?
+        .map(|f| f.queueing())
+        .unwrap_or(true);
+    let (s, why) = crate::schedule::auto::choose(&store.launches(row.id, 200)?, queueing);
+    Ok((s, format!("auto: {why}")))
+}
+
+fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, n_entries: usize) {
     let s = plan.summary();
     let p = &plan.provenance;
     let (stale, missing) = staleness(plan);
@@ -114,13 +170,52 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], json: bool, n_entries: usiz
             "stale_files": stale,
             "missing_files": missing,
             "devices": plan.devices.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>(),
+            "strategy_in_use": how.chosen,
+            "why": how.why,
+            "strategies": how.strategies,
+            "hold_entries": plan.hold_entries,
+            "segments": plan.segments,
+            "t_exp_ms": plan.t_exp_ms,
+            "notes": plan.notes,
+            "paralfetch_settings": how.paralfetch,
+            "paralfetch_raises": how.raises,
             "runs": runs.iter().map(|(id, at)| json!({"id": id, "recorded_unix": at})).collect::<Vec<_>>(),
         });
         println!("{v}");
         return;
     }
     println!("app:          {key}");
-    println!("strategy:     {}", plan.strategy);
+    println!("strategy:     {} ({})", plan.strategy, how.why);
+    println!("strategies:   {}", how.strategies.join(", "));
+    if plan.hold_entries > 0 {
+        println!(
+            "hold:         the application waits for the first {} entries",
+            plan.hold_entries
+        );
+    }
+    if !plan.segments.is_empty() {
+        println!(
+            "segments:     {} ({} entries in fetch order); expected launch time t_exp {:.0} ms",
+            plan.segments.len(),
+            plan.segments
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" + "),
+            plan.t_exp_ms.unwrap_or(0.0)
+        );
+    }
+    if let Some(p) = how.paralfetch {
+        println!(
+            "paralfetch:   shift {} KiB, I/O distance {} (raised {} times by dynamic scheduling)",
+            p.shift_bytes / 1024,
+            p.distance,
+            how.raises
+        );
+    }
+    for n in &plan.notes {
+        println!("note:         {n}");
+    }
     println!("created:      {}", fmt_unix(plan.created_unix as i64));
     println!(
         "entries:      {} ({} lookups, {} directory listings)",

@@ -32,7 +32,23 @@ pub(super) fn key_of(app: &Option<String>, exe: &Path, argv: &[std::ffi::OsStrin
     }
 }
 
+/// A strategy name as given on the command line: Ok(None) for auto.
+pub(super) fn parse_strategy(s: &str) -> anyhow::Result<Option<crate::schedule::Strategy>> {
+    if s == "auto" {
+        return Ok(None);
+    }
+    crate::schedule::Strategy::parse(s)
+        .map(Some)
+        .ok_or_else(|| {
+            super::fail(
+                code::USAGE,
+                format!("unknown strategy `{s}` (fast, trace, sorted, paralfetch, hybrid, auto)"),
+            )
+        })
+}
+
 pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
+    let default_strategy = a.strategy.as_deref().map(parse_strategy).transpose()?;
     require_root("record")?;
     let exe = resolve_command(&a.command[0])?;
     let key = key_of(&a.app, &exe, &a.command);
@@ -73,6 +89,9 @@ pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
         &mut progress,
     )
     .with_context(|| format!("learning `{}`", key.key))?;
+    if let Some(s) = default_strategy {
+        store.set_app_strategy(learned.app_id, s.map(|s| s.name()))?;
+    }
     print_learned(&key, &learned, a.json);
     Ok(code::OK)
 }
@@ -97,6 +116,7 @@ pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
             "dropped_pages": p.dropped_pages,
             "unused_pages_dropped": p.unused_pages_dropped,
             "run_ms": l.runs.iter().map(|r| r.launch_ms()).collect::<Vec<_>>(),
+            "strategies": l.plans.iter().map(|p| json!({"strategy": p.strategy, "entries": p.entries.len(), "hold_entries": p.hold_entries})).collect::<Vec<_>>(),
             "plan_build_ms": l.plan_build_ms,
             "plan_bytes": l.plan_bytes,
         });

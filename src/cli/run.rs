@@ -7,30 +7,48 @@
 //! `--stats` it stays a wrapper instead (fork, wait, forward signals), because the report is
 //! printed after the application exits.
 //!
-//! Nothing here may stop the command from running: a missing database, a corrupt plan or a
-//! refused device only turn prefetching off, with a warning.
+//! After the launch the prefetcher records it (strategy, duration, how often the app had to
+//! wait) and runs Paralfetch's dynamic scheduling. Nothing here may stop the command from
+//! running: a missing database, a corrupt plan or a refused device only turn prefetching off.
 
 use std::ffi::OsString;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::{fork, ForkResult};
 use serde_json::json;
 
-use super::record::key_of;
+use super::record::{key_of, parse_strategy};
 use super::{human_bytes, RunArgs};
 use crate::launch::{exit_like, resolve_command, Forwarder, LaunchError};
 use crate::plan::Plan;
 use crate::prefetch::{PrefetchOptions, PrefetchReport, Running};
-use crate::store::{LaunchRecord, Store};
+use crate::schedule::{auto, Strategy};
+use crate::store::{AppRow, LaunchRecord, Store};
 use crate::sys::{self, Exit};
 
-fn load_plan(db: &Path, key: &str) -> anyhow::Result<Option<(Store, i64, Plan)>> {
+/// How long after its start a launch still counts as timed (FAST's T_timeout): a longer-lived
+/// process (an interactive app) gives no launch time.
+const TIMED_LAUNCH: Duration = Duration::from_secs(30);
+/// Dynamic scheduling (Paralfetch 3.3): waits above this share of the plan's entries make the
+/// next launch's schedule more aggressive.
+const WAIT_SHARE: f64 = 0.05;
+
+/// A plan chosen for this launch.
+struct Chosen {
+    store: Store,
+    app: AppRow,
+    plan: Plan,
+    strategy: Strategy,
+    why: String,
+}
+
+fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option<Chosen>> {
     if !db.exists() {
         return Ok(None);
     }
@@ -38,10 +56,55 @@ fn load_plan(db: &Path, key: &str) -> anyhow::Result<Option<(Store, i64, Plan)>>
     let Some(app) = store.app_by_key(key)? else {
         return Ok(None);
     };
-    match store.plan(&app)? {
-        Some(plan) => Ok(Some((store, app.id, plan))),
-        None => Ok(None),
-    }
+    let wanted = match asked.or(app.strategy.as_deref()) {
+        Some(s) => parse_strategy(s)?,
+        None => None,
+    };
+    let (strategy, why) = match wanted {
+        Some(s) => (
+            s,
+            if asked.is_some() {
+                "asked for".to_string()
+            } else {
+                "the app's default".to_string()
+            },
+        ),
+        None => {
+            let queueing = device_queueing(&store, db);
+            auto::choose(&store.launches(app.id, 200)?, queueing)
+        }
+    };
+    let plan = match store.plan_for(&app, strategy.name())? {
+        Some(p) => p,
+        // Plans from before strategies existed: the launch-order plan.
+        None => match store.plan(&app)? {
+            Some(p) => p,
+            None => return Ok(None),
+        },
+    };
+    Ok(Some(Chosen {
+        store,
+        app,
+        plan,
+        strategy,
+        why,
+    }))
+}
+
+fn device_queueing(store: &Store, db: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dev = db
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+        .map(|m| sys::Dev::from_user(m.dev()).to_string())
+        .unwrap_or_default();
+    // Unmeasured: assume a queueing device (the common case today).
+    store
+        .device_facts(&dev)
+        .ok()
+        .flatten()
+        .map(|f| f.queueing())
+        .unwrap_or(true)
 }
 
 fn now_unix() -> i64 {
@@ -52,9 +115,12 @@ fn now_unix() -> i64 {
 }
 
 pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
+    if let Some(s) = &a.strategy {
+        parse_strategy(s)?;
+    }
     let exe = resolve_command(&a.command[0])?;
     let key = key_of(&a.app, &exe, &a.command);
-    let loaded = match load_plan(db, &key.key) {
+    let chosen = match load_plan(db, &key.key, a.strategy.as_deref()) {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!("{e:#}; running without prefetch");
@@ -66,14 +132,24 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
         meta_jobs: a.meta_jobs as usize,
     };
-    match loaded {
-        Some((store, app_id, plan)) if a.stats => {
-            wrapped(store, app_id, plan, opts, &exe, &a, &key.key)
-        }
-        Some((store, app_id, plan)) => {
+    let hold_cap = Duration::from_millis(a.hold_cap_ms);
+    match chosen {
+        Some(c) if a.stats => wrapped(c, db, opts, &exe, &a, &key.key, hold_cap),
+        Some(c) => {
+            let Chosen {
+                store,
+                app,
+                plan,
+                strategy,
+                ..
+            } = c;
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
-            detach_prefetcher(db.to_path_buf(), app_id, plan, opts);
+            let hold = plan.hold_entries > 0;
+            let released = detach_prefetcher(db.to_path_buf(), app, plan, strategy, opts, hold);
+            if let Some(r) = released {
+                wait_release(&r, hold_cap);
+            }
             exec_app(&exe, &a.command)
         }
         None if a.stats => {
@@ -82,8 +158,10 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             print_stats(
                 &key.key,
                 None,
+                None,
                 started.elapsed().as_secs_f64() * 1e3,
                 usage.major_faults,
+                None,
                 a.json,
             );
             exit_like(exit)
@@ -105,10 +183,30 @@ fn exec_app(exe: &Path, argv: &[OsString]) -> anyhow::Result<i32> {
     .into())
 }
 
-/// Start the prefetcher as a grandchild that outlives nobody: it replays the plan until done
-/// or until this process (about to become the application) exits, then records the launch.
-fn detach_prefetcher(db: PathBuf, app_id: i64, plan: Plan, opts: PrefetchOptions) {
+/// Wait (at most `cap`) for the prefetcher to say the plan's head is in memory.
+fn wait_release(fd: &OwnedFd, cap: Duration) {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    let ms = cap.as_millis().min(u16::MAX as u128) as u16;
+    let _ = poll(&mut fds, PollTimeout::from(ms));
+}
+
+/// Start the prefetcher as a grandchild: it replays the plan, watches this process (about to
+/// become the application), records the launch. With `hold`, returns the read end of a pipe
+/// that becomes readable when the plan's head is in memory.
+fn detach_prefetcher(
+    db: PathBuf,
+    app: AppRow,
+    plan: Plan,
+    strategy: Strategy,
+    opts: PrefetchOptions,
+    hold: bool,
+) -> Option<OwnedFd> {
     let app_pid = std::process::id() as i32;
+    let pipe = if hold {
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()
+    } else {
+        None
+    };
     // SAFETY: warmstart has started no threads yet (checked below in debug builds), so the
     // child may run ordinary code. The intermediate child only forks again and _exits.
     debug_assert_eq!(
@@ -121,23 +219,59 @@ fn detach_prefetcher(db: PathBuf, app_id: i64, plan: Plan, opts: PrefetchOptions
     match unsafe { fork() } {
         Ok(ForkResult::Parent { child }) => {
             let _ = nix::sys::wait::waitpid(child, None);
+            pipe.map(|(r, _w)| r)
         }
         Ok(ForkResult::Child) => {
             // SAFETY: as above; this process is single-threaded.
             if let Ok(ForkResult::Child) = unsafe { fork() } {
-                let code = prefetcher_main(&db, app_id, plan, opts, app_pid);
+                let release = pipe.map(|(_r, w)| w);
+                let code = prefetcher_main(&db, app, plan, strategy, opts, app_pid, release);
                 std::process::exit(code);
             }
             // SAFETY: _exit ends the intermediate child without running the parent's atexit
             // handlers or flushing its copied buffers twice.
             unsafe { libc::_exit(0) }
         }
-        Err(e) => tracing::warn!("cannot start the prefetcher ({e}); launching without it"),
+        Err(e) => {
+            tracing::warn!("cannot start the prefetcher ({e}); launching without it");
+            None
+        }
     }
 }
 
+/// Voluntary context switches of `pid` and its descendants, all threads: how often the
+/// launch slept (mostly waiting for I/O while it starts).
+fn tree_waits(pid: i32) -> u64 {
+    let mut pids = vec![pid];
+    pids.extend(crate::trace::session::descendants(pid));
+    let mut total = 0;
+    for p in pids {
+        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in rd.filter_map(Result::ok) {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("status")) {
+                total += s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
 /// The detached prefetcher: run the plan, stop when the application exits, record.
-fn prefetcher_main(db: &Path, app_id: i64, plan: Plan, opts: PrefetchOptions, app_pid: i32) -> i32 {
+fn prefetcher_main(
+    db: &Path,
+    app: AppRow,
+    plan: Plan,
+    strategy: Strategy,
+    opts: PrefetchOptions,
+    app_pid: i32,
+    release: Option<OwnedFd>,
+) -> i32 {
     // Hold no end of the application's stdin/stdout: a pipe reader must see EOF when the app
     // is done. stderr stays for warnings.
     if let Ok(null) = std::fs::OpenOptions::new()
@@ -152,33 +286,58 @@ fn prefetcher_main(db: &Path, app_id: i64, plan: Plan, opts: PrefetchOptions, ap
             libc::dup2(null.as_raw_fd(), 1);
         }
     }
-    let Ok(app) = sys::pidfd_open(app_pid) else {
+    let Ok(pidfd) = sys::pidfd_open(app_pid) else {
         return 0; // the application is already gone
     };
+    let entries = plan.entries.len();
     let started = Instant::now();
-    let running = match Running::start(Arc::new(plan), opts) {
+    let (running, head) = match Running::start_holding(Arc::new(plan), opts) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!("cannot start prefetch threads: {e}");
             return 1;
         }
     };
-    let mut app_exited = false;
-    while !running.is_finished() {
-        let mut fds = [PollFd::new(app.as_fd(), PollFlags::POLLIN)];
-        if let Ok(n) = poll(&mut fds, PollTimeout::from(20u16)) {
-            if n > 0 {
-                app_exited = true;
-                break;
+    if let Some(w) = release {
+        std::thread::spawn(move || {
+            if head.recv().is_ok() {
+                let _ = nix::unistd::write(&w, &[1u8]);
             }
+        });
+    }
+    let app_gone = |ms: u16| -> bool {
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+    };
+    let mut exited = false;
+    let mut waits = 0;
+    let mut last_sample = Instant::now();
+    while !running.is_finished() {
+        if app_gone(20) {
+            exited = true;
+            break;
+        }
+        if last_sample.elapsed() >= Duration::from_millis(100) {
+            waits = waits.max(tree_waits(app_pid));
+            last_sample = Instant::now();
         }
     }
+    if !exited {
+        waits = waits.max(tree_waits(app_pid));
+    }
     let report = running.stop();
+    // Keep watching (asleep, no CPU) to time launches that end within T_timeout.
+    while !exited && started.elapsed() < TIMED_LAUNCH {
+        let left = TIMED_LAUNCH
+            .saturating_sub(started.elapsed())
+            .as_millis()
+            .min(u16::MAX as u128) as u16;
+        exited = app_gone(left.max(1));
+    }
     let rec = LaunchRecord {
         at_unix: now_unix(),
         mode: "run".into(),
-        // The launch's duration is known only if it ended while we watched.
-        wall_ms: if app_exited {
+        wall_ms: if exited {
             started.elapsed().as_secs_f64() * 1e3
         } else {
             0.0
@@ -186,17 +345,46 @@ fn prefetcher_main(db: &Path, app_id: i64, plan: Plan, opts: PrefetchOptions, ap
         prefetched_bytes: report.data_bytes + report.metadata_bytes,
         stale_files: report.files_stale + report.files_missing,
         prefetch_ms: report.elapsed_ms,
+        strategy: Some(strategy.name().into()),
+        waits: Some(waits),
         ..LaunchRecord::default()
     };
-    match Store::open(db) {
-        Ok(mut s) => {
-            if let Err(e) = s.add_launch(app_id, &rec) {
-                tracing::warn!("could not record the launch in the history: {e}");
-            }
-        }
-        Err(e) => tracing::warn!("could not record the launch in the history: {e}"),
-    }
+    after_launch(db, &app, strategy, entries, &rec);
     0
+}
+
+/// Record the launch; for `paralfetch`, dynamic scheduling: too many waits raise the app's
+/// thresholds and re-plan from the stored runs for the next launch.
+fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec: &LaunchRecord) {
+    let mut store = match Store::open(db) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("could not record the launch in the history: {e}");
+            return;
+        }
+    };
+    if let Err(e) = store.add_launch(app.id, rec) {
+        tracing::warn!("could not record the launch in the history: {e}");
+    }
+    let waits = rec.waits.unwrap_or(0);
+    if strategy != Strategy::Paralfetch || (waits as f64) <= WAIT_SHARE * entries as f64 {
+        return;
+    }
+    let queueing = device_queueing(&store, db);
+    let Ok(mut settings) = store.app_settings(app.id) else {
+        return;
+    };
+    let current = settings
+        .paralfetch
+        .unwrap_or_else(|| crate::schedule::ParalfetchSettings::defaults(queueing));
+    let raised = current.raise(queueing);
+    settings.paralfetch = Some(raised);
+    settings.paralfetch_raises += 1;
+    if store.set_app_settings(app.id, &settings).is_ok() {
+        if let Err(e) = crate::learn::replan_paralfetch(&mut store, app, raised, queueing) {
+            tracing::warn!("dynamic scheduling could not re-plan {}: {e}", app.key);
+        }
+    }
 }
 
 fn spawn_and_wait(exe: &Path, argv: &[OsString]) -> anyhow::Result<(Exit, sys::Usage)> {
@@ -219,16 +407,33 @@ fn spawn_and_wait(exe: &Path, argv: &[OsString]) -> anyhow::Result<(Exit, sys::U
 
 /// `--stats`: stay a wrapper so the report can follow the application's exit.
 fn wrapped(
-    mut store: Store,
-    app_id: i64,
-    plan: Plan,
+    c: Chosen,
+    db: &Path,
     opts: PrefetchOptions,
     exe: &Path,
     a: &RunArgs,
     key: &str,
+    hold_cap: Duration,
 ) -> anyhow::Result<i32> {
+    let Chosen {
+        store,
+        app,
+        plan,
+        strategy,
+        why,
+    } = c;
+    drop(store);
+    let entries = plan.entries.len();
+    let hold = plan.hold_entries > 0;
     let started = Instant::now();
-    let running = Running::start(Arc::new(plan), opts).context("starting the prefetch thread")?;
+    let (running, head) =
+        Running::start_holding(Arc::new(plan), opts).context("starting the prefetch thread")?;
+    let held_ms = if hold {
+        let _ = head.recv_timeout(hold_cap);
+        Some(started.elapsed().as_secs_f64() * 1e3)
+    } else {
+        None
+    };
     let (exit, usage) = spawn_and_wait(exe, &a.command)?;
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // The launch is over: stop issuing requests that can no longer help it.
@@ -247,22 +452,41 @@ fn wrapped(
         prefetched_bytes: report.data_bytes + report.metadata_bytes,
         stale_files: report.files_stale + report.files_missing,
         prefetch_ms: report.elapsed_ms,
+        strategy: Some(strategy.name().into()),
+        waits: Some(usage.voluntary_switches),
     };
-    if let Err(e) = store.add_launch(app_id, &rec) {
-        tracing::warn!("could not record the launch in the history: {e}");
-    }
-    drop(store);
-    print_stats(key, Some(&report), wall_ms, usage.major_faults, a.json);
+    after_launch(db, &app, strategy, entries, &rec);
+    print_stats(
+        key,
+        Some(&report),
+        Some((strategy, why.as_str(), held_ms)),
+        wall_ms,
+        usage.major_faults,
+        Some(usage.voluntary_switches),
+        a.json,
+    );
     exit_like(exit)
 }
 
-fn print_stats(app: &str, r: Option<&PrefetchReport>, wall_ms: f64, majflt: u64, json: bool) {
+fn print_stats(
+    app: &str,
+    r: Option<&PrefetchReport>,
+    how: Option<(Strategy, &str, Option<f64>)>,
+    wall_ms: f64,
+    majflt: u64,
+    waits: Option<u64>,
+    json: bool,
+) {
     if json {
         let v = json!({
             "app": app,
             "plan": r.is_some(),
+            "strategy": how.map(|h| h.0.name()),
+            "why": how.map(|h| h.1),
+            "held_ms": how.and_then(|h| h.2),
             "wall_ms": wall_ms,
             "major_faults": majflt,
+            "waits": waits,
             "prefetch": r,
         });
         eprintln!("{v}");
@@ -273,16 +497,26 @@ fn print_stats(app: &str, r: Option<&PrefetchReport>, wall_ms: f64, majflt: u64,
         return;
     };
     eprintln!("warmstart: {app}");
-    eprintln!("  launch:     {wall_ms:.1} ms, {majflt} major faults");
+    if let Some((s, why, held)) = how {
+        eprintln!(
+            "  strategy:   {} ({why}){}",
+            s.name(),
+            held.map(|h| format!("; application held {h:.1} ms for the plan's head"))
+                .unwrap_or_default()
+        );
+    }
     eprintln!(
-        "  prefetched: {} data + {} metadata in {} requests, {} lookups, {} listings ({} of {} entries{})",
+        "  launch:     {wall_ms:.1} ms, {majflt} major faults, {} waits",
+        waits.map_or("?".into(), |w| w.to_string())
+    );
+    eprintln!(
+        "  prefetched: {} data + {} metadata in {} requests, {} lookups, {} listings ({} work items done{})",
         human_bytes(r.data_bytes),
         human_bytes(r.metadata_bytes),
         r.requests,
         r.lookups,
         r.listings,
         r.entries_done,
-        r.entries,
         if r.stopped_early { ", stopped when the app exited" } else { "" }
     );
     eprintln!(

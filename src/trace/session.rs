@@ -407,7 +407,7 @@ pub fn kill_tree(root: i32) {
 }
 
 /// All descendants of `pid`, from /proc (ppid links).
-fn descendants(pid: i32) -> Vec<i32> {
+pub fn descendants(pid: i32) -> Vec<i32> {
     let mut parent_of = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.filter_map(Result::ok) {

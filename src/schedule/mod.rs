@@ -1,8 +1,11 @@
-//! Stage 5, schedule: turn a launch sequence plus resolved files into an ordered plan. The
-//! default order is the launch's own first-access order (FAST's concurrent replay): metadata
-//! lookups and directory listings are placed at the moment the launch needed them, data
-//! ranges are clipped to the file size, and ranges that follow each other in both order and
-//! position are merged into one request.
+//! Stage 5, schedule: turn a launch sequence plus resolved files into ordered plans. The base
+//! is the launch's own first-access order (FAST's concurrent replay): metadata lookups and
+//! directory listings are placed at the moment the launch needed them, data ranges are
+//! clipped to the file size and never-used readahead is dropped; every item carries its time
+//! and disk address. Each strategy (`strategy`) orders the base into a plan.
+
+pub mod auto;
+pub mod strategy;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -11,6 +14,7 @@ use crate::plan::{BlockDevice, Entry, Plan, Provenance};
 use crate::resolve::{DirOwner, FileId, FileKind, Resolver};
 use crate::sequence::{LaunchSequence, Target};
 use crate::sys::Dev;
+pub use strategy::{Item, ParalfetchSettings, Strategy};
 
 /// Where a block device's node is (for metadata readahead).
 pub trait DevicePaths {
@@ -34,15 +38,57 @@ impl DevicePaths for SysDevicePaths {
 pub const KEEP_UNUSED_GAP_PAGES: u64 = 32;
 
 #[derive(Clone, Copy)]
-enum Item {
+enum Step {
     Access(usize),
     Lookup(Dev, u64),
     ListDir(Dev, u64),
 }
 
-/// Build the plan of `app` from its extracted launch sequence, in launch order. A directory
-/// block read (per `dirs`) also yields a listing of that directory at the same point, the
-/// form of that metadata read that works without access to the block device.
+/// Disk addresses of file data, for the strategies that sort by them.
+pub trait DiskMap {
+    /// Disk byte address of `file`'s byte `offset`.
+    fn physical(&mut self, file: &FileId, offset: u64) -> Option<u64>;
+}
+
+/// FIEMAP of each file, asked once per file at plan-build time.
+#[derive(Default)]
+pub struct FiemapDisk {
+    extents: HashMap<(Dev, u64), Vec<crate::sys::Extent>>,
+}
+
+impl DiskMap for FiemapDisk {
+    fn physical(&mut self, file: &FileId, offset: u64) -> Option<u64> {
+        let ext = self.extents.entry((file.dev, file.ino)).or_insert_with(|| {
+            use std::os::fd::AsFd;
+            std::fs::File::open(&file.path)
+                .ok()
+                .and_then(|f| crate::sys::fiemap(f.as_fd()).ok())
+                .unwrap_or_default()
+        });
+        ext.iter()
+            .find(|e| e.logical <= offset && offset < e.logical + e.len)
+            .map(|e| e.physical + (offset - e.logical))
+    }
+}
+
+/// No disk addresses (tests; filesystems without FIEMAP): sorting keeps launch order.
+pub struct NoDisk;
+
+impl DiskMap for NoDisk {
+    fn physical(&mut self, _: &FileId, _: u64) -> Option<u64> {
+        None
+    }
+}
+
+/// The launch-order plan before a strategy orders it.
+#[derive(Clone, Debug)]
+pub struct Base {
+    /// Files, devices and provenance; `entries` empty.
+    pub skeleton: Plan,
+    pub items: Vec<Item>,
+}
+
+/// The plan of `app` in launch order with neighbours merged (the `trace` strategy).
 pub fn build_plan(
     app: &str,
     seq: &LaunchSequence,
@@ -51,18 +97,40 @@ pub fn build_plan(
     dirs: &dyn DirOwner,
     runs: Vec<i64>,
 ) -> Plan {
+    let base = build_base(app, seq, resolver, devices, dirs, &mut NoDisk, runs);
+    let mut plan = base.skeleton;
+    plan.entries = strategy::trace(&base.items)
+        .into_iter()
+        .map(|i| i.entry)
+        .collect();
+    plan.strategy = Strategy::Trace.name().into();
+    plan
+}
+
+/// The base of every strategy: the launch-order items of `app`. A directory block read (per
+/// `dirs`) also yields a listing of that directory at the same point, the form of that
+/// metadata read that works without access to the block device.
+pub fn build_base(
+    app: &str,
+    seq: &LaunchSequence,
+    resolver: &Resolver,
+    devices: &dyn DevicePaths,
+    dirs: &dyn DirOwner,
+    disk: &mut dyn DiskMap,
+    runs: Vec<i64>,
+) -> Base {
     let ps = seq.page_size.max(512);
     // One timeline of everything the launch needed, by time since exec. Metadata items sort
     // before a data access at the same instant: the data depends on them.
-    let mut timeline: Vec<(u64, u8, Item)> = Vec::new();
+    let mut timeline: Vec<(u64, u8, Step)> = Vec::new();
     for (i, a) in seq.accesses.iter().enumerate() {
-        timeline.push((a.t, 1, Item::Access(i)));
+        timeline.push((a.t, 1, Step::Access(i)));
     }
     for l in &seq.inode_loads {
-        timeline.push((l.t, 0, Item::Lookup(l.dev, l.ino)));
+        timeline.push((l.t, 0, Step::Lookup(l.dev, l.ino)));
     }
     for d in &seq.dir_opens {
-        timeline.push((d.t, 0, Item::ListDir(d.dev, d.ino)));
+        timeline.push((d.t, 0, Step::ListDir(d.dev, d.ino)));
     }
     timeline.sort_by_key(|(t, k, _)| (*t, *k));
 
@@ -70,7 +138,7 @@ pub fn build_plan(
     let mut file_index: HashMap<(Dev, u64), u32> = HashMap::new();
     let mut devs: Vec<BlockDevice> = Vec::new();
     let mut dev_index: HashMap<Dev, Option<u32>> = HashMap::new();
-    let mut entries: Vec<Entry> = Vec::new();
+    let mut items: Vec<Item> = Vec::new();
     let mut prov = Provenance {
         runs,
         dropped_pages: seq.dropped_pages,
@@ -87,9 +155,9 @@ pub fn build_plan(
         })
     };
 
-    for (_, _, item) in timeline {
-        match item {
-            Item::Access(i) => {
+    for (t, _, step) in timeline {
+        match step {
+            Step::Access(i) => {
                 let a = seq.accesses[i];
                 match a.target {
                     Target::File { dev, ino } => {
@@ -112,7 +180,11 @@ pub fn build_plan(
                         }
                         let len = (a.pages * ps).min(id.size - offset);
                         let file = file_idx(id, &mut files);
-                        push_merged(&mut entries, Entry::Data { file, offset, len });
+                        items.push(Item {
+                            entry: Entry::Data { file, offset, len },
+                            t,
+                            disk: disk.physical(id, offset),
+                        });
                     }
                     Target::Meta { bdev } => {
                         let slot = *dev_index.entry(bdev).or_insert_with(|| {
@@ -122,14 +194,15 @@ pub fn build_plan(
                             })
                         });
                         if let Some(device) = slot {
-                            push_merged(
-                                &mut entries,
-                                Entry::Meta {
+                            items.push(Item {
+                                entry: Entry::Meta {
                                     device,
                                     offset: a.page * ps,
                                     len: a.pages * ps,
                                 },
-                            );
+                                t,
+                                disk: Some(a.page * ps),
+                            });
                         }
                         let owner = dirs
                             .dir_owning(bdev, a.page * ps, a.pages * ps)
@@ -137,88 +210,120 @@ pub fn build_plan(
                         if let Some(id) = owner {
                             if listed.insert((id.dev, id.ino)) {
                                 let file = file_idx(id, &mut files);
-                                entries.push(Entry::ListDir { file });
+                                items.push(Item {
+                                    entry: Entry::ListDir { file },
+                                    t,
+                                    disk: None,
+                                });
                             }
                         }
                     }
                 }
             }
-            Item::Lookup(dev, ino) => {
+            Step::Lookup(dev, ino) => {
                 if let Some(id) = resolver.get(dev, ino) {
                     if looked_up.insert((dev, ino)) {
                         let file = file_idx(id, &mut files);
-                        entries.push(Entry::Lookup { file });
+                        items.push(Item {
+                            entry: Entry::Lookup { file },
+                            t,
+                            disk: None,
+                        });
                     }
                 }
             }
-            Item::ListDir(dev, ino) => {
+            Step::ListDir(dev, ino) => {
                 if let Some(id) = resolver
                     .get(dev, ino)
                     .filter(|f| f.kind == FileKind::Directory)
                 {
                     if listed.insert((dev, ino)) {
                         let file = file_idx(id, &mut files);
-                        entries.push(Entry::ListDir { file });
+                        items.push(Item {
+                            entry: Entry::ListDir { file },
+                            t,
+                            disk: None,
+                        });
                     }
                 }
             }
         }
     }
     prov.unresolved_files = unresolved.len() as u32;
-    Plan {
-        app: app.to_string(),
-        created_unix: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        strategy: "trace".into(),
-        page_size: ps as u32,
-        files,
-        devices: devs,
-        entries,
-        provenance: prov,
+    Base {
+        skeleton: Plan {
+            app: app.to_string(),
+            created_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            strategy: String::new(),
+            page_size: ps as u32,
+            files,
+            devices: devs,
+            entries: Vec::new(),
+            provenance: prov,
+            hold_entries: 0,
+            segments: Vec::new(),
+            t_exp_ms: None,
+            notes: Vec::new(),
+        },
+        items,
     }
 }
 
-/// Append, merging with the previous entry when it is the same file (or device) and the two
-/// ranges are contiguous.
-fn push_merged(entries: &mut Vec<Entry>, e: Entry) {
-    if let Some(last) = entries.last_mut() {
-        match (last, e) {
-            (
-                Entry::Data {
-                    file: f1,
-                    offset: o1,
-                    len: l1,
-                },
-                Entry::Data {
-                    file: f2,
-                    offset: o2,
-                    len: l2,
-                },
-            ) if *f1 == f2 && *o1 + *l1 == o2 => {
-                *l1 += l2;
-                return;
-            }
-            (
-                Entry::Meta {
-                    device: d1,
-                    offset: o1,
-                    len: l1,
-                },
-                Entry::Meta {
-                    device: d2,
-                    offset: o2,
-                    len: l2,
-                },
-            ) if *d1 == d2 && *o1 + *l1 == o2 => {
-                *l1 += l2;
-                return;
-            }
-            _ => {}
+/// What a strategy needs besides the base: the device's class and timings, and the app's
+/// Paralfetch thresholds.
+pub struct StrategyContext<'a> {
+    pub queueing: bool,
+    pub paralfetch: ParalfetchSettings,
+    pub disk: &'a mut dyn strategy::DiskTimer,
+}
+
+/// Order `base` with strategy `s`.
+pub fn plan_for(base: &Base, s: Strategy, cx: &mut StrategyContext<'_>) -> Plan {
+    let block = base.skeleton.page_size as u64;
+    let mut plan = base.skeleton.clone();
+    plan.strategy = s.name().into();
+    let items = match s {
+        Strategy::Fast => strategy::fast(&base.items),
+        Strategy::Trace => strategy::trace(&base.items),
+        Strategy::Sorted => {
+            let v = strategy::sorted(&base.items);
+            // The application waits (capped) until all of it is in memory.
+            plan.hold_entries = v.len() as u32;
+            v
         }
-    }
-    entries.push(e);
+        Strategy::Paralfetch => {
+            plan.notes.push(format!(
+                "metadata shift {} KiB, I/O distance {} ({} device)",
+                cx.paralfetch.shift_bytes / 1024,
+                cx.paralfetch.distance,
+                if cx.queueing {
+                    "queueing"
+                } else {
+                    "non-queueing"
+                }
+            ));
+            strategy::paralfetch(&base.items, cx.paralfetch, block)
+        }
+        Strategy::Hybrid => {
+            let disk = &mut *cx.disk;
+            let io: Vec<f64> = base
+                .items
+                .iter()
+                .map(|i| disk.fetch_ms(std::slice::from_ref(i)))
+                .collect();
+            let cpu = strategy::cpu_times_with(&base.items, &io);
+            let seg = strategy::hybrid(&base.items, &cpu, disk);
+            plan.hold_entries = seg.segments.first().copied().unwrap_or(0) as u32;
+            plan.segments = seg.segments.iter().map(|&n| n as u32).collect();
+            plan.t_exp_ms = Some(seg.t_exp_ms);
+            seg.items
+        }
+    };
+    plan.entries = items.into_iter().map(|i| i.entry).collect();
+    plan
 }
 
 #[cfg(test)]
@@ -425,39 +530,20 @@ mod tests {
 
     #[test]
     fn merge_only_contiguous_same_target() {
-        let mut v = Vec::new();
-        push_merged(
-            &mut v,
-            Entry::Data {
-                file: 0,
-                offset: 0,
-                len: 4096,
-            },
-        );
-        push_merged(
-            &mut v,
-            Entry::Data {
-                file: 1,
-                offset: 4096,
-                len: 4096,
-            },
-        );
-        push_merged(
-            &mut v,
-            Entry::Data {
-                file: 1,
-                offset: 16384,
-                len: 4096,
-            },
-        );
-        push_merged(
-            &mut v,
-            Entry::Data {
-                file: 1,
-                offset: 20480,
-                len: 4096,
-            },
-        );
+        let it = |file, offset, len| Item {
+            entry: Entry::Data { file, offset, len },
+            t: 0,
+            disk: None,
+        };
+        let v: Vec<Entry> = strategy::trace(&[
+            it(0, 0, 4096),
+            it(1, 4096, 4096),
+            it(1, 16384, 4096),
+            it(1, 20480, 4096),
+        ])
+        .into_iter()
+        .map(|i| i.entry)
+        .collect();
         assert_eq!(
             v,
             vec![

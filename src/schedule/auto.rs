@@ -1,0 +1,177 @@
+//! `auto`: pick, per app, the strategy whose launches have been fastest, trying the others now
+//! and then. Before there is history, the device class decides the order strategies are
+//! tried in (queueing devices favour concurrent replay, non-queueing ones sorted fetching).
+
+use super::Strategy;
+use crate::bench::stats::Spread;
+use crate::store::LaunchRecord;
+
+/// Samples of each strategy needed before it is compared.
+pub const MIN_SAMPLES: usize = 2;
+/// Every this many automatic launches, one goes to the strategy tried least recently.
+pub const EXPLORE_EVERY: usize = 10;
+
+/// The order strategies are tried in, by device class.
+pub fn preference(queueing: bool) -> [Strategy; 5] {
+    if queueing {
+        [
+            Strategy::Paralfetch,
+            Strategy::Trace,
+            Strategy::Fast,
+            Strategy::Hybrid,
+            Strategy::Sorted,
+        ]
+    } else {
+        [
+            Strategy::Hybrid,
+            Strategy::Sorted,
+            Strategy::Paralfetch,
+            Strategy::Trace,
+            Strategy::Fast,
+        ]
+    }
+}
+
+/// Choose a strategy from the app's launch history (most recent first) and say why.
+pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Strategy, String) {
+    let order = preference(queueing);
+    let samples = |s: Strategy| -> Vec<f64> {
+        history
+            .iter()
+            .filter(|l| {
+                l.mode == "run" && l.wall_ms > 0.0 && l.strategy.as_deref() == Some(s.name())
+            })
+            .take(20)
+            .map(|l| l.wall_ms)
+            .collect()
+    };
+    for s in order {
+        let n = samples(s).len();
+        if n < MIN_SAMPLES {
+            return (
+                s,
+                format!(
+                    "trying {} ({n} of {MIN_SAMPLES} timed launches so far; {} device order)",
+                    s.name(),
+                    if queueing { "queueing" } else { "non-queueing" }
+                ),
+            );
+        }
+    }
+    let mut ranked: Vec<(f64, Strategy, usize)> = order
+        .iter()
+        .filter_map(|&s| {
+            let v = samples(s);
+            Spread::of(&v).map(|sp| (sp.median, s, v.len()))
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (best_ms, best, n) = ranked[0];
+    let auto_launches = history.iter().filter(|l| l.mode == "run").count();
+    if auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
+        // The strategy whose latest sample is oldest (excluding the best).
+        let age = |s: Strategy| {
+            history
+                .iter()
+                .position(|l| l.strategy.as_deref() == Some(s.name()))
+                .unwrap_or(usize::MAX)
+        };
+        if let Some(&s) = order
+            .iter()
+            .filter(|&&s| s != best)
+            .max_by_key(|&&s| age(s))
+        {
+            return (
+                s,
+                format!(
+                    "re-trying {} (last timed {} launches ago); best is {} at {:.0} ms",
+                    s.name(),
+                    age(s),
+                    best.name(),
+                    best_ms
+                ),
+            );
+        }
+    }
+    let next = ranked
+        .get(1)
+        .map(|r| format!("; next {} at {:.0} ms", r.1.name(), r.0))
+        .unwrap_or_default();
+    (
+        best,
+        format!(
+            "{}: fastest median, {:.0} ms over {} launches{}",
+            best.name(),
+            best_ms,
+            n,
+            next
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(s: Strategy, ms: f64) -> LaunchRecord {
+        LaunchRecord {
+            mode: "run".into(),
+            wall_ms: ms,
+            strategy: Some(s.name().into()),
+            ..LaunchRecord::default()
+        }
+    }
+
+    #[test]
+    fn explores_in_device_order_first() {
+        let (s, why) = choose(&[], true);
+        assert_eq!(s, Strategy::Paralfetch);
+        assert!(why.contains("trying"), "{why}");
+        assert_eq!(choose(&[], false).0, Strategy::Hybrid);
+        let h = vec![
+            rec(Strategy::Paralfetch, 100.0),
+            rec(Strategy::Paralfetch, 110.0),
+        ];
+        assert_eq!(choose(&h, true).0, Strategy::Trace);
+    }
+
+    #[test]
+    fn then_keeps_the_fastest_and_sometimes_retries() {
+        let mut h = Vec::new();
+        for (s, ms) in [
+            (Strategy::Paralfetch, 100.0),
+            (Strategy::Trace, 90.0),
+            (Strategy::Fast, 95.0),
+            (Strategy::Hybrid, 120.0),
+            (Strategy::Sorted, 150.0),
+        ] {
+            h.push(rec(s, ms));
+            h.push(rec(s, ms + 2.0));
+        }
+        let (s, why) = choose(&h, true);
+        assert_eq!(s, Strategy::Trace, "{why}");
+        assert!(why.contains("fastest"), "{why}");
+        // With 19 automatic launches behind, the 20th explores: the strategy sampled longest
+        // ago (history is most recent first, so Sorted, at the end).
+        for _ in 0..9 {
+            h.insert(0, rec(Strategy::Trace, 91.0));
+        }
+        assert_eq!(h.len(), 19);
+        let (s, why) = choose(&h, true);
+        assert_eq!(s, Strategy::Sorted, "{why}");
+        assert!(why.contains("re-trying"), "{why}");
+    }
+
+    #[test]
+    fn ignores_untimed_and_other_modes() {
+        let mut r = rec(Strategy::Paralfetch, 0.0);
+        r.wall_ms = 0.0;
+        let learn = LaunchRecord {
+            mode: "record".into(),
+            wall_ms: 50.0,
+            strategy: Some("paralfetch".into()),
+            ..LaunchRecord::default()
+        };
+        assert_eq!(choose(&[r.clone(), r, learn], true).0, Strategy::Paralfetch);
+    }
+}
