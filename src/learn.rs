@@ -11,8 +11,7 @@ use crate::device::DeviceFacts;
 use crate::plan::Plan;
 use crate::resolve::{DirBlocks, Resolver};
 use crate::schedule::{
-    build_base, plan_for, Base, FiemapDisk, ParalfetchSettings, Strategy, StrategyContext,
-    SysDevicePaths,
+    plan_for, Base, FiemapDisk, ParalfetchSettings, Strategy, StrategyContext, SysDevicePaths,
 };
 use crate::sequence::{extract, RawRun, SysBlockDevices};
 use crate::store::{LaunchRecord, Store, StoreError};
@@ -166,12 +165,30 @@ pub fn learn(
     })
 }
 
-/// The launch-order base of an app's plans, from its learning runs.
+/// The launch-order base of an app's plans, from its cold learning runs.
 pub fn base_of(app: &str, runs: &[RawRun]) -> Base {
+    base_with(app, runs, false)
+}
+
+/// The base from runs learned on a warm system (the daemon): metadata is derived.
+pub fn base_of_warm(app: &str, runs: &[RawRun]) -> Base {
+    base_with(app, runs, true)
+}
+
+fn base_with(app: &str, runs: &[RawRun], derive_lookups: bool) -> Base {
     let seq = extract(runs);
     let resolver = Resolver::from_runs(runs);
     let dirs = DirBlocks::build(resolver.dirs());
-    build_base(
+    let first_start = runs
+        .iter()
+        .map(|r| r.started_unix_ms)
+        .filter(|t| *t > 0)
+        .min();
+    let bo = crate::schedule::BaseOptions {
+        volatile_since_ns: first_start.map(|ms| ms as i64 * 1_000_000),
+        derive_lookups,
+    };
+    crate::schedule::build_base_with(
         app,
         &seq,
         &resolver,
@@ -179,6 +196,7 @@ pub fn base_of(app: &str, runs: &[RawRun]) -> Base {
         &dirs,
         &mut FiemapDisk::default(),
         Vec::new(),
+        &bo,
     )
 }
 

@@ -11,6 +11,7 @@ pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod codec;
+pub mod daemon;
 pub mod device;
 pub mod launch;
 pub mod learn;

@@ -13,7 +13,7 @@ use crate::resolve::{FileId, FileKind};
 use crate::sys::Dev;
 
 pub const MAGIC: [u8; 4] = *b"WSPL";
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
 /// A block device holding filesystem metadata the plan prefetches.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,6 +193,7 @@ pub(crate) mod tests {
             size: 10_000,
             mtime_ns: 1_700_000_000_123_456_789,
             kind,
+            volatile: false,
         };
         Plan {
             app: "/usr/bin/python3.11 -c import json".into(),

@@ -165,6 +165,7 @@ fn open_checked(f: &FileId) -> Result<OwnedFd, Errno> {
         size: st.st_size as u64,
         mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
         kind: f.kind,
+        volatile: false,
     };
     if !kind_ok || !f.unchanged(&now) {
         return Err(Errno::ESTALE);

@@ -28,6 +28,9 @@ pub struct FileId {
     pub size: u64,
     pub mtime_ns: i64,
     pub kind: FileKind,
+    /// Written by the launch itself during learning (a profile, a cache): only its identity
+    /// is checked, since its size and time change on every launch.
+    pub volatile: bool,
 }
 
 impl FileId {
@@ -52,6 +55,7 @@ impl FileId {
             size: m.size(),
             mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
             kind,
+            volatile: false,
         })
     }
 
@@ -61,6 +65,7 @@ impl FileId {
             && self.ino == other.ino
             && self.kind == other.kind
             && (self.kind == FileKind::Directory
+                || self.volatile
                 || (self.size == other.size && self.mtime_ns == other.mtime_ns))
     }
 }
@@ -229,6 +234,7 @@ mod tests {
             exit_code: Some(0),
             exit_signal: None,
             usage: Usage::default(),
+            started_unix_ms: 0,
         }
     }
 
@@ -297,6 +303,14 @@ mod tests {
         assert!(before.unchanged(&FileId::of(&a).unwrap()));
         std::fs::write(&a, b"three").unwrap();
         assert!(!before.unchanged(&FileId::of(&a).unwrap()));
+        let volatile = FileId {
+            volatile: true,
+            ..before.clone()
+        };
+        assert!(
+            volatile.unchanged(&FileId::of(&a).unwrap()),
+            "a volatile file may change"
+        );
         let tmp = dir.path().join("tmp");
         std::fs::write(&tmp, b"three").unwrap();
         std::fs::rename(&tmp, &a).unwrap();

@@ -86,6 +86,9 @@ pub struct RawRun {
     pub exit_code: Option<i32>,
     pub exit_signal: Option<i32>,
     pub usage: Usage,
+    /// Wall-clock start of the run (ms since the epoch): files modified after it were
+    /// written by the launch itself.
+    pub started_unix_ms: u64,
 }
 
 impl RawRun {
@@ -343,6 +346,15 @@ impl RawRun {
             exit_code,
             exit_signal,
             usage: t.usage,
+            started_unix_ms: {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                now.saturating_sub(
+                    crate::sys::monotonic_ns().saturating_sub(t.start_ts) / 1_000_000,
+                )
+            },
         }
     }
 }
@@ -472,6 +484,7 @@ mod tests {
             exit_code: Some(0),
             exit_signal: None,
             usage: Usage::default(),
+            started_unix_ms: 0,
         }
     }
 

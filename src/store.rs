@@ -14,7 +14,7 @@ use crate::sequence::RawRun;
 
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
-const RUN_VERSION: u16 = 2;
+const RUN_VERSION: u16 = 3;
 const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +111,9 @@ pub struct AppSettings {
     /// How many times dynamic scheduling raised them.
     #[serde(default)]
     pub paralfetch_raises: u32,
+    /// The daemon's view of the app (phase and counters).
+    #[serde(default)]
+    pub lifecycle: Option<crate::daemon::Lifecycle>,
 }
 
 pub struct Store {
@@ -196,10 +199,10 @@ impl Store {
     }
 
     fn migrate(&mut self) -> Result<(), StoreError> {
-        let v: i64 = self
-            .conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(|e| self.sql(e))?;
+        let version = |c: &Connection| -> rusqlite::Result<i64> {
+            c.pragma_query_value(None, "user_version", |r| r.get(0))
+        };
+        let v = version(&self.conn).map_err(|e| self.sql(e))?;
         if v > SCHEMA_VERSION {
             return Err(StoreError::Schema {
                 path: self.path.clone(),
@@ -207,12 +210,24 @@ impl Store {
                 known: SCHEMA_VERSION,
             });
         }
+        if v == SCHEMA_VERSION {
+            return Ok(());
+        }
+        // Another process may be migrating the same file: take the write lock, then look
+        // again at the version before changing anything.
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let v = version(&tx).map_err(sql)?;
         if v < 1 {
-            // (version 1 below; version 2 replaces the plans table right after)
-            self.conn
-                .execute_batch(
-                    "BEGIN IMMEDIATE;
-                     CREATE TABLE IF NOT EXISTS apps(
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS apps(
                         id INTEGER PRIMARY KEY,
                         key TEXT NOT NULL UNIQUE,
                         exe TEXT NOT NULL,
@@ -237,18 +252,14 @@ impl Store {
                         at INTEGER NOT NULL,
                         mode TEXT NOT NULL,
                         data TEXT NOT NULL);
-                     CREATE INDEX IF NOT EXISTS launches_app ON launches(app_id);
-                     PRAGMA user_version = 1;
-                     COMMIT;",
-                )
-                .map_err(|e| self.sql(e))?;
+                     CREATE INDEX IF NOT EXISTS launches_app ON launches(app_id);",
+            )
+            .map_err(sql)?;
         }
         if v < 2 {
             // One plan per (app, strategy); version-1 plans are of an older format anyway.
-            self.conn
-                .execute_batch(
-                    "BEGIN IMMEDIATE;
-                     DROP TABLE IF EXISTS plans;
+            tx.execute_batch(
+                "DROP TABLE IF EXISTS plans;
                      CREATE TABLE plans(
                         app_id INTEGER NOT NULL REFERENCES apps(id) ON DELETE CASCADE,
                         strategy TEXT NOT NULL,
@@ -261,13 +272,13 @@ impl Store {
                      CREATE TABLE IF NOT EXISTS devices(
                         dev TEXT PRIMARY KEY,
                         facts TEXT NOT NULL,
-                        measured_at INTEGER NOT NULL);
-                     PRAGMA user_version = 2;
-                     COMMIT;",
-                )
-                .map_err(|e| self.sql(e))?;
+                        measured_at INTEGER NOT NULL);",
+            )
+            .map_err(sql)?;
         }
-        Ok(())
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(sql)?;
+        tx.commit().map_err(sql)
     }
 
     fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AppRow> {
@@ -366,6 +377,97 @@ impl Store {
         }
         tx.commit().map_err(sql)?;
         Ok(ids)
+    }
+
+    /// Append one learning run (the daemon learns launch by launch); returns how many runs
+    /// the app has now.
+    pub fn add_run(&mut self, app_id: i64, run: &RawRun) -> Result<usize, StoreError> {
+        let blob = codec::encode(RUN_MAGIC, RUN_VERSION, run)?;
+        self.conn
+            .execute(
+                "INSERT INTO runs(app_id, recorded_at, data) VALUES(?1, ?2, ?3)",
+                params![app_id, now_unix(), blob],
+            )
+            .map_err(|e| self.sql(e))?;
+        let n: i64 = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) FROM runs WHERE app_id = ?1",
+                [app_id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(n as usize)
+    }
+
+    /// Drop an app's runs and plans (back to learning); its history and settings stay.
+    pub fn forget_learning(&mut self, app_id: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute_batch(&format!(
+                "BEGIN IMMEDIATE; DELETE FROM plans WHERE app_id = {app_id}; DELETE FROM runs WHERE app_id = {app_id}; COMMIT;"
+            ))
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Replace all of an app's plans, keeping its runs; fills the plans' run ids.
+    pub fn replace_plans(&mut self, app_id: i64, plans: &mut [Plan]) -> Result<(), StoreError> {
+        let ids: Vec<i64> = self
+            .runs(app_id)?
+            .into_iter()
+            .map(|(id, _, _)| id)
+            .collect();
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute("DELETE FROM plans WHERE app_id = ?1", [app_id])
+            .map_err(sql)?;
+        for p in plans.iter_mut() {
+            p.provenance.runs = ids.clone();
+            Self::put_plan_tx(&tx, app_id, p)?.map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Facts of any measured device (machines usually have one).
+    pub fn device_facts_any(&self) -> Result<Option<crate::device::DeviceFacts>, StoreError> {
+        let s: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT facts FROM devices ORDER BY measured_at DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    /// Enable or disable an app (a disabled app is never prefetched or learned).
+    pub fn set_app_enabled(&mut self, app_id: i64, enabled: bool) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE apps SET enabled = ?1 WHERE id = ?2",
+                params![enabled as i64, app_id],
+            )
+            .map_err(|e| self.sql(e))?;
+        Ok(())
+    }
+
+    /// All apps.
+    pub fn apps(&self) -> Result<Vec<AppRow>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, key, exe, strategy, enabled FROM apps ORDER BY key")
+            .map_err(|e| self.sql(e))?;
+        let v = stmt
+            .query_map([], Self::row)
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(v)
     }
 
     /// Insert or replace one plan (re-planning without re-learning).
@@ -643,6 +745,7 @@ mod tests {
             exit_code: Some(0),
             exit_signal: None,
             usage: Usage::default(),
+            started_unix_ms: 0,
         }
     }
 
@@ -766,5 +869,31 @@ mod tests {
         assert!(s.list().unwrap().is_empty());
         assert!(s.runs(id).unwrap().is_empty());
         assert!(s.launches(id, 10).unwrap().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod migration_tests {
+    use super::*;
+
+    #[test]
+    fn concurrent_first_opens_migrate_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                std::thread::spawn(move || Store::open(&db).map(|_| ()))
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+        let s = Store::open(&db).unwrap();
+        let v: i64 = s
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION);
     }
 }

@@ -930,3 +930,173 @@ fn dynamic_scheduling_raises_paralfetch_after_waiting_launches() {
     ])));
     assert_eq!(after["stale_files"], 1, "{after}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Automatic mode.
+
+struct Daemon {
+    child: std::process::Child,
+    run_dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(sb: &Sandbox, config: &Path) -> Daemon {
+        let run_dir = sb.path().join("run");
+        let child = sb
+            .ws()
+            .args([
+                "daemon",
+                "--config",
+                config.to_str().unwrap(),
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Daemon { child, run_dir };
+        let t0 = Instant::now();
+        while !d.status(sb)["daemon"]["running"].as_bool().unwrap_or(false) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Subscribed to exec events once its pid file is locked and the loop runs.
+        std::thread::sleep(Duration::from_millis(300));
+        d
+    }
+    fn status(&self, sb: &Sandbox) -> serde_json::Value {
+        let o = run(sb.ws().args([
+            "status",
+            "--json",
+            "--run-dir",
+            self.run_dir.to_str().unwrap(),
+        ]));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", text(&o)))
+    }
+    fn app(&self, sb: &Sandbox) -> serde_json::Value {
+        let s = self.status(sb);
+        s["apps"]
+            .as_array()
+            .and_then(|a| a.first().cloned())
+            .unwrap_or(serde_json::Value::Null)
+    }
+    fn wait_phase(&self, sb: &Sandbox, phase: &str, mut launch: impl FnMut()) {
+        let t0 = Instant::now();
+        while self.app(sb)["phase"] != phase {
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "never reached {phase}: {}",
+                self.status(sb)
+            );
+            launch();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn daemon_learns_prefetches_checks_and_survives_faults() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(32, 128);
+    let launch = || {
+        let o = run(Command::new(SYNTH).args(&synth_launch(&app)[1..]));
+        assert!(o.status.success(), "{}", text(&o));
+        json(&o)
+    };
+    drop_caches();
+    let cold_faults = launch()["major_faults"].as_u64().unwrap();
+    let config = sb.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("include = [\"{SYNTH}\"]\nn_rawseq = 2\nn_chk = 2\nmin_launch_kb = 64\nt_idle_secs = 1.0\n"),
+    )
+    .unwrap();
+    let before = readahead_blks();
+    let mut d = Daemon::start(&sb, &config);
+    // Ordinary launches, not through warmstart: learning, then prefetching.
+    d.wait_phase(&sb, "learning", || {
+        launch();
+    });
+    d.wait_phase(&sb, "prefetching", || {
+        launch();
+    });
+    // A cold launch now is prefetched by the daemon: far fewer major faults (it starts about
+    // a millisecond after the exec, so the very first mappings may still race it).
+    drop_caches();
+    let faults = launch()["major_faults"].as_u64().unwrap();
+    assert!(
+        faults * 2 <= cold_faults,
+        "major faults: cold {cold_faults}, with the daemon {faults}"
+    );
+    assert!(d.app(&sb)["prefetches"].as_u64().unwrap() >= 1);
+    // An edited file of the app: the next check sends it back to learning.
+    std::fs::write(
+        app.join("share/part0004.bin"),
+        b"a new version of this file",
+    )
+    .unwrap();
+    d.wait_phase(&sb, "learning", || {
+        launch();
+    });
+    assert!(d.app(&sb)["relearn_reason"].as_str().is_some());
+    // A hung daemon does not hold launches up.
+    d.signal(nix::sys::signal::Signal::SIGSTOP);
+    launch();
+    d.signal(nix::sys::signal::Signal::SIGCONT);
+    // SIGKILL: launches still work; a restart finds the state.
+    let launches = d.app(&sb)["launches"].as_u64().unwrap();
+    d.signal(nix::sys::signal::Signal::SIGKILL);
+    let _ = d.child.wait();
+    launch();
+    drop(d);
+    let d = Daemon::start(&sb, &config);
+    assert!(
+        d.app(&sb)["launches"].as_u64().unwrap() >= launches,
+        "{}",
+        d.status(&sb)
+    );
+    // SIGTERM: a clean stop, nothing left in the kernel.
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut d = d;
+    let st = d.child.wait().unwrap();
+    assert!(st.success(), "{st:?}");
+    assert_kernel_clean(&before);
+}
+
+#[test]
+fn daemon_config_errors_name_the_line() {
+    let sb = Sandbox::new();
+    let config = sb.path().join("bad.toml");
+    std::fs::write(&config, "n_chk = 3\nr_miss = 2.5\n").unwrap();
+    let o = run(sb.ws().args([
+        "daemon",
+        "--config",
+        config.to_str().unwrap(),
+        "--run-dir",
+        sb.path().join("run").to_str().unwrap(),
+    ]));
+    if o.status.code() == Some(4) {
+        return; // not root: refused first
+    }
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let e = one_line_error(&o);
+    assert!(e.contains("line 2") && e.contains("r_miss"), "{e}");
+    let o = run(sb.ws().args(["daemon", "--print-config"]));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("n_rawseq = 2"));
+}

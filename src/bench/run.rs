@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::launch::{launch, LaunchSpec, Outcome, Xvfb};
 use super::sampler::{disk_of, Point, Sampler};
@@ -38,6 +38,9 @@ pub enum Scenario {
     WholeFiles,
     /// Drop caches, prefetch the whole plan, then launch.
     FetchThenLaunch,
+    /// Drop caches, launch plainly while the warmstart daemon runs (it learned the app from
+    /// earlier plain launches).
+    Daemon,
 }
 
 impl Scenario {
@@ -51,6 +54,7 @@ impl Scenario {
             Scenario::Warmstart(Some(s)) => format!("warmstart:{s}"),
             Scenario::WholeFiles => "whole-files".into(),
             Scenario::FetchThenLaunch => "fetch-then-launch".into(),
+            Scenario::Daemon => "daemon".into(),
         }
     }
 
@@ -63,6 +67,7 @@ impl Scenario {
             "warmstart" => Scenario::Warmstart(None),
             "whole-files" => Scenario::WholeFiles,
             "fetch-then-launch" => Scenario::FetchThenLaunch,
+            "daemon" => Scenario::Daemon,
             _ => Scenario::Warmstart(Some(s.strip_prefix("warmstart:")?.to_string())),
         })
     }
@@ -81,7 +86,11 @@ impl Scenario {
                 .iter()
                 .map(|s| Scenario::Warmstart(Some(s.clone()))),
         );
-        v.extend([Scenario::WholeFiles, Scenario::FetchThenLaunch]);
+        v.extend([
+            Scenario::WholeFiles,
+            Scenario::FetchThenLaunch,
+            Scenario::Daemon,
+        ]);
         v
     }
 }
@@ -99,7 +108,7 @@ pub struct BenchOptions {
     pub learn_runs: u32,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     pub kernel: String,
     pub cpu: String,
@@ -110,7 +119,7 @@ pub struct Machine {
     pub scheduler: String,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Measurement {
     pub scenario: String,
     pub round: u32,
@@ -118,7 +127,7 @@ pub struct Measurement {
     pub ready: bool,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ScenarioSummary {
     pub median_ms: f64,
     pub min_ms: f64,
@@ -131,7 +140,7 @@ pub struct ScenarioSummary {
     pub gap_closed: Option<f64>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Overhead {
     /// Traced learning launch over the untraced cold launch (medians).
     pub learning_slowdown: Option<f64>,
@@ -143,7 +152,7 @@ pub struct Overhead {
     pub prefetcher_peak_rss_kb: Option<u64>,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct AppResult {
     pub name: String,
     pub command: Vec<String>,
@@ -165,7 +174,7 @@ pub struct AppResult {
     pub error: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TogetherResult {
     pub k: usize,
     pub apps: Vec<String>,
@@ -173,13 +182,13 @@ pub struct TogetherResult {
     pub warmstart_ms: Vec<f64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct GeoRow {
     pub normalized: Option<f64>,
     pub gap_closed: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Results {
     pub machine: Machine,
     pub rounds: u32,
@@ -241,6 +250,94 @@ pub fn machine() -> Machine {
                 .unwrap_or_else(|_| "virtual".into())
         ),
     }
+}
+
+/// A warmstart daemon of the benchmark's own (database, configuration, run directory).
+struct BenchDaemon {
+    child: std::process::Child,
+}
+
+impl BenchDaemon {
+    fn start(ctx: &Ctx<'_>) -> Result<BenchDaemon, BenchError> {
+        let dir = ctx.opts.state_dir.join("daemon");
+        let run_dir = dir.join("run");
+        let child = Command::new(&ctx.opts.warmstart_exe)
+            .args([
+                "--db",
+                &dir.join("daemon.db").display().to_string(),
+                "-q",
+                "daemon",
+                "--config",
+            ])
+            .arg(dir.join("config.toml"))
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| BenchError::Setup(format!("cannot start the daemon: {e}")))?;
+        let d = BenchDaemon { child };
+        let t0 = Instant::now();
+        while crate::daemon::PidFile::running(&run_dir).is_none() {
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err(BenchError::Setup("the daemon did not start".into()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Its exec subscription follows the pid file by a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(d)
+    }
+}
+
+impl Drop for BenchDaemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Let the benchmark's daemon learn every app from plain launches (N_rawseq of them, plus
+/// one that finds the new plan), with checks off so that measurements are never traced.
+fn prepare_daemon(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
+    let dir = ctx.opts.state_dir.join("daemon");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", dir.display())))?;
+    let mut include: Vec<String> = Vec::new();
+    for app in apps {
+        let argv = ctx.argv(app);
+        if let Ok(p) = crate::launch::resolve_command(std::ffi::OsStr::new(&argv[0])) {
+            let canon = std::fs::canonicalize(&p).unwrap_or(p);
+            include.push(canon.display().to_string());
+        }
+    }
+    let cfg = format!(
+        "include = {include:?}\nn_rawseq = 2\nn_chk = 1000000\nmin_launch_kb = 0\nt_idle_secs = 2.0\n"
+    );
+    std::fs::write(dir.join("config.toml"), cfg).map_err(|e| BenchError::Setup(e.to_string()))?;
+    let _d = BenchDaemon::start(ctx)?;
+    for app in apps {
+        for _ in 0..3 {
+            ctx.cold()?;
+            ctx.run_one(app, &ctx.argv(app), &ctx.ready(app))?;
+            // The learning trace ends on exit or after T_idle: give it that long.
+            std::thread::sleep(Duration::from_millis(2500));
+        }
+    }
+    Ok(())
 }
 
 struct Ctx<'a> {
@@ -614,6 +711,14 @@ fn measure(
             }
             (o.ms, o.ready && o.exit.is_some_and(|e| e.success()))
         }
+        Scenario::Daemon => {
+            let d = BenchDaemon::start(ctx)?;
+            ctx.cold()?;
+            let o = ctx.run_one(app, &argv, &ready);
+            drop(d);
+            let o = o?;
+            (o.ms, o.ready)
+        }
         Scenario::FetchThenLaunch => {
             ctx.cold()?;
             let p = ctx.run_one(app, &prefetch, &Ready::Exit)?;
@@ -703,6 +808,49 @@ fn summarize(res: &mut AppResult) {
         (Some(l), Some(c)) if c > 0.0 => Some(l.median / c),
         _ => None,
     };
+}
+
+/// Across apps: the geometric mean of each scenario's normalised time, and the gap closed
+/// by that mean, (1 - g) / (1 - g_warm), which counts every app (a per-app gap can be
+/// negative, which no geometric mean takes).
+pub fn suite_means(results: &[AppResult], scenarios: &[String]) -> BTreeMap<String, GeoRow> {
+    let norm_of = |name: &str| -> Option<f64> {
+        let v: Vec<f64> = results
+            .iter()
+            .filter_map(|r| r.summary.get(name))
+            .filter(|s| s.n > 0)
+            .map(|s| s.normalized)
+            .filter(|v| *v > 0.0)
+            .collect();
+        geomean(&v)
+    };
+    let warm = norm_of("warm");
+    scenarios
+        .iter()
+        .map(|name| {
+            let g = norm_of(name);
+            let gap = match (g, warm) {
+                (Some(g), Some(w)) if w < 1.0 => Some((1.0 - g) / (1.0 - w)),
+                _ => None,
+            };
+            (
+                name.clone(),
+                GeoRow {
+                    normalized: g,
+                    gap_closed: gap,
+                },
+            )
+        })
+        .collect()
+}
+
+/// Recompute every summary of saved results (after a change to how they are derived).
+pub fn resummarize(r: &mut Results) {
+    for a in &mut r.apps {
+        a.summary.clear();
+        summarize(a);
+    }
+    r.geomean = suite_means(&r.apps, &r.scenarios);
 }
 
 fn together(
@@ -821,6 +969,29 @@ pub fn run(
         }
         done += 1;
     }
+    if opts.scenarios.contains(&Scenario::Daemon) {
+        progress(
+            "daemon: learning every app from plain launches",
+            done,
+            total,
+        );
+        let apps: Vec<&AppSpec> = opts
+            .apps
+            .iter()
+            .zip(&live)
+            .filter(|(_, l)| **l)
+            .map(|(a, _)| a)
+            .collect();
+        match prepare_daemon(&ctx, &apps) {
+            Ok(()) => {}
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                for r in results.iter_mut() {
+                    r.error.get_or_insert(format!("daemon scenario: {e}"));
+                }
+            }
+        }
+    }
     for round in 1..=opts.rounds {
         for (i, app) in opts.apps.iter().enumerate() {
             if !live[i] {
@@ -871,27 +1042,8 @@ pub fn run(
         tog.push(together(&ctx, &batch, k, opts.rounds, &mut p)?);
     }
     progress("done", total, total);
-    let mut geo = BTreeMap::new();
-    for sc in &opts.scenarios {
-        let name = sc.name();
-        let norm: Vec<f64> = results
-            .iter()
-            .filter_map(|r| r.summary.get(&name))
-            .map(|s| s.normalized)
-            .filter(|v| *v > 0.0)
-            .collect();
-        let gaps: Vec<f64> = results
-            .iter()
-            .filter_map(|r| r.summary.get(&name)?.gap_closed)
-            .collect();
-        geo.insert(
-            name,
-            GeoRow {
-                normalized: geomean(&norm),
-                gap_closed: geomean(&gaps),
-            },
-        );
-    }
+    let names: Vec<String> = opts.scenarios.iter().map(Scenario::name).collect();
+    let geo = suite_means(&results, &names);
     drop(xvfb);
     Ok(Results {
         machine: machine(),

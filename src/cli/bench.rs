@@ -37,6 +37,22 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
         }
         return Ok(code::OK);
     }
+    if let Some(saved) = &a.rerender {
+        let text = std::fs::read_to_string(saved)
+            .with_context(|| format!("reading {}", saved.display()))?;
+        let mut results: crate::bench::run::Results = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a results.json", saved.display()))?;
+        crate::bench::run::resummarize(&mut results);
+        if let Some(dir) = &a.out {
+            for f in report::write_all(&results, dir)
+                .with_context(|| format!("writing results to {}", dir.display()))?
+            {
+                eprintln!("wrote {}", f.display());
+            }
+        }
+        println!("{}", report::markdown(&results));
+        return Ok(code::OK);
+    }
     require_root("bench")?;
     let apps: Vec<AppSpec> = if a.command.is_empty() {
         let path = suite_path(&a.suite);

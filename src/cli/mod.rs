@@ -1,6 +1,7 @@
 //! The command line: clap definitions, logging setup, exit codes, and one handler module per
 //! command. The `warmstart` binary is just `std::process::exit(cli::main())`.
 
+mod auto;
 mod bench;
 mod demo;
 mod plan;
@@ -67,6 +68,64 @@ pub enum Command {
     Prefetch(PrefetchArgs),
     /// Benchmark the suite's real applications: cold, warm, warmstart and the peers (root).
     Bench(BenchArgs),
+    /// Run the automatic-mode daemon: learn and prefetch every launched application (root).
+    Daemon(DaemonArgs),
+    /// Daemon up or down, and per app its phase, launches, prefetches, miss ratio, savings.
+    Status {
+        #[arg(long)]
+        json: bool,
+        /// The daemon's runtime directory (where its pid file is).
+        #[arg(long, default_value = crate::trace::knobs::RUN_DIR)]
+        run_dir: PathBuf,
+    },
+    /// Manage the apps the daemon handles.
+    #[command(subcommand)]
+    App(AppCommand),
+    /// Install the binary, the systemd unit and the default configuration (root).
+    Install(InstallArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    /// Configuration file (a missing file means the defaults).
+    #[arg(long, default_value = crate::daemon::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Runtime directory (pid file, restore journal).
+    #[arg(long, default_value = crate::trace::knobs::RUN_DIR)]
+    pub run_dir: PathBuf,
+    /// Print the documented default configuration and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AppCommand {
+    /// Apps, their phase and whether they are enabled.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Let the daemon handle an app again.
+    Enable { app: String },
+    /// Never learn or prefetch an app (an executable path, or an app key).
+    Disable { app: String },
+    /// Send an app back to learning (its runs and plans are dropped).
+    Learn { app: String },
+    /// Forget an app entirely.
+    Forget { app: String },
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// Where the binary goes.
+    #[arg(long, default_value = "/usr/local/bin")]
+    pub bin_dir: PathBuf,
+    /// Where the systemd unit goes.
+    #[arg(long, default_value = "/etc/systemd/system")]
+    pub unit_dir: PathBuf,
+    /// Where the configuration goes (kept if it exists).
+    #[arg(long, default_value = crate::daemon::config::DEFAULT_PATH)]
+    pub config: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -105,6 +164,10 @@ pub struct BenchArgs {
     /// Print the results as JSON instead of the tables.
     #[arg(long)]
     pub json: bool,
+    /// Recompute the summaries and reports of a saved results.json (into --out), measuring
+    /// nothing.
+    #[arg(long, value_name = "RESULTS_JSON")]
+    pub rerender: Option<PathBuf>,
     /// An ad-hoc command to benchmark instead of the suite (ready when it exits).
     #[arg(
         trailing_var_arg = true,
@@ -400,6 +463,10 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
         Command::Plan(p) => plan::cmd(&cli.db, p),
         Command::Demo(a) => demo::cmd(&cli.db, a),
         Command::Prefetch(a) => plan::prefetch_cmd(&cli.db, a),
+        Command::Daemon(a) => auto::daemon(&cli.db, a),
+        Command::Status { json, run_dir } => auto::status(&cli.db, json, &run_dir),
+        Command::App(c) => auto::app(&cli.db, c),
+        Command::Install(a) => auto::install(a),
         Command::Bench(a) => match bench_main {
             Some(f) => f(a),
             None => exec_bench_binary(),

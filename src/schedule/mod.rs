@@ -119,6 +119,40 @@ pub fn build_base(
     disk: &mut dyn DiskMap,
     runs: Vec<i64>,
 ) -> Base {
+    build_base_with(
+        app,
+        seq,
+        resolver,
+        devices,
+        dirs,
+        disk,
+        runs,
+        &BaseOptions::default(),
+    )
+}
+
+/// Options of `build_base_with`.
+#[derive(Clone, Debug, Default)]
+pub struct BaseOptions {
+    /// Files modified at or after this wall-clock time (ns) were written by the launch itself
+    /// during learning: marked volatile.
+    pub volatile_since_ns: Option<i64>,
+    /// Add a lookup of each file's path before its first data (a launch learned from a warm
+    /// cache shows no metadata reads; this derives them).
+    pub derive_lookups: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn build_base_with(
+    app: &str,
+    seq: &LaunchSequence,
+    resolver: &Resolver,
+    devices: &dyn DevicePaths,
+    dirs: &dyn DirOwner,
+    disk: &mut dyn DiskMap,
+    runs: Vec<i64>,
+    bo: &BaseOptions,
+) -> Base {
     let ps = seq.page_size.max(512);
     // One timeline of everything the launch needed, by time since exec. Metadata items sort
     // before a data access at the same instant: the data depends on them.
@@ -148,9 +182,13 @@ pub fn build_base(
     let mut looked_up = std::collections::HashSet::new();
     let mut listed = std::collections::HashSet::new();
 
+    let volatile_since = bo.volatile_since_ns;
     let mut file_idx = |id: &FileId, files: &mut Vec<FileId>| -> u32 {
         *file_index.entry((id.dev, id.ino)).or_insert_with(|| {
-            files.push(id.clone());
+            let mut f = id.clone();
+            f.volatile =
+                f.kind == FileKind::Regular && volatile_since.is_some_and(|t| f.mtime_ns >= t);
+            files.push(f);
             (files.len() - 1) as u32
         })
     };
@@ -180,6 +218,13 @@ pub fn build_base(
                         }
                         let len = (a.pages * ps).min(id.size - offset);
                         let file = file_idx(id, &mut files);
+                        if bo.derive_lookups && looked_up.insert((dev, ino)) {
+                            items.push(Item {
+                                entry: Entry::Lookup { file },
+                                t,
+                                disk: None,
+                            });
+                        }
                         items.push(Item {
                             entry: Entry::Data { file, offset, len },
                             t,

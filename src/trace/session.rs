@@ -214,6 +214,167 @@ fn configure(
     Ok(())
 }
 
+/// The private instances, readers and open monitor of one recording. Fields drop in this
+/// order: the readers' descriptors must be closed before their instance can be removed.
+struct Tracing {
+    reader: Reader,
+    blk_reader: Option<Reader>,
+    inst: Instance,
+    blk: Option<Instance>,
+    monitor: OpenMonitor,
+    knobs: Option<KnobGuard>,
+}
+
+/// What a finished recording collected.
+struct Collected {
+    events: Vec<Event>,
+    block: Vec<Event>,
+    opens: Vec<OpenRecord>,
+    opens_overflowed: bool,
+}
+
+impl Tracing {
+    /// Set up (tracing still off): drop caches and zero ext4 inode readahead when asked,
+    /// create the instances, start the open monitor.
+    fn start(
+        tfs: &Tracefs,
+        cfg: &TraceConfig,
+        with_block: bool,
+        change_knobs: bool,
+    ) -> Result<Tracing, TraceError> {
+        let launch_formats = formats(tfs, LAUNCH_EVENTS)?;
+        let header = tfs.page_header()?;
+        if cfg.drop_caches {
+            sys::drop_caches()
+                .map_err(|e| TraceError::io(Path::new("/proc/sys/vm/drop_caches"), e))?;
+        }
+        let knobs = if change_knobs {
+            Some(KnobGuard::set_inode_readahead(
+                &cfg.sys_ext4,
+                &cfg.run_dir,
+                0,
+            )?)
+        } else {
+            None
+        };
+        let tag = format!("{}", monotonic_ns() % 1_000_000_000);
+        let inst = tfs.create_instance(&format!("{tag}-launch"))?;
+        configure(&inst, &launch_formats, cfg.buffer_kb, LAUNCH_EVENTS)?;
+        inst.write("options/event-fork", "1")?;
+        let reader = Reader::new(&inst, &launch_formats, header)?;
+        let (blk, blk_reader) = if with_block {
+            let block_formats = formats(tfs, BLOCK_EVENTS)?;
+            let blk = tfs.create_instance(&format!("{tag}-block"))?;
+            configure(
+                &blk,
+                &block_formats,
+                (cfg.buffer_kb / 4).max(1024),
+                BLOCK_EVENTS,
+            )?;
+            let r = Reader::new(&blk, &block_formats, header)?;
+            (Some(blk), Some(r))
+        } else {
+            (None, None)
+        };
+        let monitor = OpenMonitor::start()?;
+        Ok(Tracing {
+            inst,
+            blk,
+            reader,
+            blk_reader,
+            monitor,
+            knobs,
+        })
+    }
+
+    /// Follow `pid` and everything it forks from now on.
+    fn follow(&self, pid: i32) -> Result<(), TraceError> {
+        self.inst.write("set_event_pid", &pid.to_string())?;
+        self.inst.set_on(true)?;
+        if let Some(b) = &self.blk {
+            b.set_on(true)?;
+        }
+        Ok(())
+    }
+
+    /// Read what is available; returns the newest file-access timestamp seen.
+    fn poll(&mut self) -> Result<Option<u64>, TraceError> {
+        let t = self.reader.drain()?;
+        if let Some(r) = self.blk_reader.as_mut() {
+            r.drain()?;
+        }
+        Ok(t)
+    }
+
+    fn off(&self) {
+        let _ = self.inst.set_on(false);
+        if let Some(b) = &self.blk {
+            let _ = b.set_on(false);
+        }
+    }
+
+    /// Stop, drain, check for lost events, remove the instances, restore the knobs.
+    fn finish(mut self, buffer_kb: u32) -> Result<Collected, TraceError> {
+        self.off();
+        self.poll()?;
+        let mut lost = self.reader.missed;
+        for cpu in self.inst.cpus() {
+            lost += self.inst.cpu_stats(cpu)?.lost();
+        }
+        let mut blk_lost = self.blk_reader.as_ref().map_or(0, |r| r.missed);
+        if let Some(b) = &self.blk {
+            for cpu in b.cpus() {
+                blk_lost += b.cpu_stats(cpu)?.lost();
+            }
+        }
+        let Tracing {
+            inst,
+            blk,
+            reader,
+            blk_reader,
+            monitor,
+            knobs,
+        } = self;
+        let events = reader.into_sorted();
+        let block = blk_reader.map(Reader::into_sorted).unwrap_or_default();
+        // Readers are gone; the instances can be removed.
+        drop(inst);
+        drop(blk);
+        if let Some(mut k) = knobs {
+            if let Err(e) = k.restore() {
+                tracing::error!("restoring inode_readahead_blks: {e}");
+            }
+        }
+        let (opens, opens_overflowed) = monitor.finish()?;
+        if lost > 0 {
+            return Err(TraceError::LostEvents { lost, buffer_kb });
+        }
+        if blk_lost > 0 {
+            tracing::warn!("the block-request trace lost {blk_lost} events; device timings of this run are incomplete");
+        }
+        if opens_overflowed {
+            tracing::warn!("the fanotify queue overflowed; some files may stay unresolved");
+        }
+        Ok(Collected {
+            events,
+            block,
+            opens,
+            opens_overflowed,
+        })
+    }
+}
+
+/// Why to stop streaming, checked between drains.
+fn stop_reason(now: u64, start: u64, last_access: u64, cfg: &TraceConfig) -> Option<EndReason> {
+    if now.saturating_sub(last_access) >= cfg.idle.as_nanos() as u64 {
+        Some(EndReason::Idle)
+    } else if now.saturating_sub(start) >= cfg.timeout.as_nanos() as u64 {
+        Some(EndReason::Timeout)
+    } else {
+        None
+    }
+}
+
 /// Trace one launch of `exe argv...`. `interrupt` holds a signal number when the user asked
 /// to stop (Ctrl-C): the command's tree is terminated and everything is cleaned up.
 pub fn trace_launch(
@@ -223,33 +384,10 @@ pub fn trace_launch(
     cfg: &TraceConfig,
     interrupt: &AtomicUsize,
 ) -> Result<TracedLaunch, TraceError> {
-    let launch_formats = formats(tfs, LAUNCH_EVENTS)?;
-    let block_formats = formats(tfs, BLOCK_EVENTS)?;
-    let header = tfs.page_header()?;
-    if cfg.drop_caches {
-        sys::drop_caches().map_err(|e| TraceError::io(Path::new("/proc/sys/vm/drop_caches"), e))?;
-    }
-    let mut knobs = KnobGuard::set_inode_readahead(&cfg.sys_ext4, &cfg.run_dir, 0)?;
-    let tag = format!("{}", monotonic_ns() % 1_000_000_000);
-    let inst = tfs.create_instance(&format!("{tag}-launch"))?;
-    let blk = tfs.create_instance(&format!("{tag}-block"))?;
-    configure(&inst, &launch_formats, cfg.buffer_kb, LAUNCH_EVENTS)?;
-    inst.write("options/event-fork", "1")?;
-    configure(
-        &blk,
-        &block_formats,
-        (cfg.buffer_kb / 4).max(1024),
-        BLOCK_EVENTS,
-    )?;
-    let mut reader = Reader::new(&inst, &launch_formats, header)?;
-    let mut blk_reader = Reader::new(&blk, &block_formats, header)?;
-    let monitor = OpenMonitor::start()?;
-
+    let mut tr = Tracing::start(tfs, cfg, true, true)?;
     let child = spawn_gated(exe, argv, cfg.quiet)?;
     let root = child.pid();
-    inst.write("set_event_pid", &root.to_string())?;
-    inst.set_on(true)?;
-    blk.set_on(true)?;
+    tr.follow(root)?;
     let start_ts = monotonic_ns();
     child.release()?;
 
@@ -258,10 +396,9 @@ pub fn trace_launch(
     let ended;
     loop {
         std::thread::sleep(Duration::from_millis(20));
-        if let Some(t) = reader.drain()? {
+        if let Some(t) = tr.poll()? {
             last_access = last_access.max(t);
         }
-        blk_reader.drain()?;
         let mut tree_gone = false;
         loop {
             match sys::wait4(-1, true) {
@@ -278,10 +415,8 @@ pub fn trace_launch(
                 }
             }
         }
-        let now = monotonic_ns();
         if let sig @ 1.. = interrupt.load(Ordering::SeqCst) {
-            inst.set_on(false)?;
-            blk.set_on(false)?;
+            tr.off();
             kill_tree(root);
             return Err(TraceError::Interrupted(sig as i32));
         }
@@ -289,50 +424,19 @@ pub fn trace_launch(
             ended = EndReason::Exited;
             break;
         }
-        if now.saturating_sub(last_access) >= cfg.idle.as_nanos() as u64 {
-            ended = EndReason::Idle;
-            break;
-        }
-        if now.saturating_sub(start_ts) >= cfg.timeout.as_nanos() as u64 {
-            ended = EndReason::Timeout;
+        if let Some(r) = stop_reason(monotonic_ns(), start_ts, last_access, cfg) {
+            ended = r;
             break;
         }
     }
-    inst.set_on(false)?;
-    blk.set_on(false)?;
     let end_ts = monotonic_ns();
-    reader.drain()?;
-    blk_reader.drain()?;
-    let mut lost = reader.missed;
-    for cpu in inst.cpus() {
-        lost += inst.cpu_stats(cpu)?.lost();
-    }
-    let mut blk_lost = blk_reader.missed;
-    for cpu in blk.cpus() {
-        blk_lost += blk.cpu_stats(cpu)?.lost();
-    }
-    let events = reader.into_sorted();
-    let block = blk_reader.into_sorted();
-    drop(inst);
-    drop(blk);
-    if let Err(e) = knobs.restore() {
-        tracing::error!("restoring inode_readahead_blks: {e}");
-    }
-    let (opens, opens_overflowed) = monitor.finish()?;
-    if lost > 0 {
-        kill_tree(root);
-        return Err(TraceError::LostEvents {
-            lost,
-            buffer_kb: cfg.buffer_kb,
-        });
-    }
-    if blk_lost > 0 {
-        tracing::warn!("the block-request trace lost {blk_lost} events; device timings of this run are incomplete");
-    }
-    if opens_overflowed {
-        tracing::warn!("the fanotify queue overflowed; some files may stay unresolved");
-    }
-
+    let c = match tr.finish(cfg.buffer_kb) {
+        Ok(c) => c,
+        Err(e) => {
+            kill_tree(root);
+            return Err(e);
+        }
+    };
     let (exit, usage) = match root_exit {
         Some(x) => x,
         None => {
@@ -352,13 +456,135 @@ pub fn trace_launch(
         root_pid: root,
         start_ts,
         end_ts,
-        events,
-        block,
-        opens,
-        opens_overflowed,
+        events: c.events,
+        block: c.block,
+        opens: c.opens,
+        opens_overflowed: c.opens_overflowed,
         ended,
         exit,
         usage,
+    })
+}
+
+/// A tracing setup made in advance (instances configured, open monitor running, tracing
+/// off), so that following a just-exec'd process costs two writes to tracefs.
+pub struct Prepared(Tracing);
+
+impl Prepared {
+    /// For attaching to running processes: no cache drop, no kernel knob change.
+    pub fn new(tfs: &Tracefs, cfg: &TraceConfig) -> Result<Prepared, TraceError> {
+        Ok(Prepared(Tracing::start(tfs, cfg, false, false)?))
+    }
+}
+
+/// Trace a process that is already running (the daemon learning from an ordinary launch):
+/// caches are not dropped and no kernel knob changes; what happened before this call is
+/// missed (the daemon calls it within a millisecond of the exec). Ends when the process
+/// exits, after `cfg.idle` without file access, at `cfg.timeout`, or when `stop` is set.
+pub fn trace_attached(
+    tfs: &Tracefs,
+    pid: i32,
+    exec_ts: u64,
+    cfg: &TraceConfig,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<TracedLaunch, TraceError> {
+    trace_prepared(Prepared::new(tfs, cfg)?, pid, exec_ts, cfg, stop)
+}
+
+/// `trace_attached` with a setup made in advance.
+pub fn trace_prepared(
+    prepared: Prepared,
+    pid: i32,
+    exec_ts: u64,
+    cfg: &TraceConfig,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<TracedLaunch, TraceError> {
+    prepared.attach(pid)?.trace(exec_ts, cfg, stop)
+}
+
+/// A prepared setup already following a process: events are being recorded. Dropping it
+/// abandons the recording (and removes its instance).
+pub struct Attached {
+    tr: Tracing,
+    pid: i32,
+}
+
+impl Prepared {
+    /// Start following `pid` now; decide later whether to keep the recording.
+    pub fn attach(self, pid: i32) -> Result<Attached, TraceError> {
+        self.0.follow(pid)?;
+        Ok(Attached { tr: self.0, pid })
+    }
+}
+
+impl Attached {
+    /// Record until the process exits, goes idle, times out, or `stop` is set.
+    pub fn trace(
+        self,
+        exec_ts: u64,
+        cfg: &TraceConfig,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<TracedLaunch, TraceError> {
+        stream_attached(self.tr, self.pid, exec_ts, cfg, stop)
+    }
+}
+
+fn stream_attached(
+    mut tr: Tracing,
+    pid: i32,
+    exec_ts: u64,
+    cfg: &TraceConfig,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<TracedLaunch, TraceError> {
+    let start_ts = exec_ts.min(monotonic_ns());
+    let pidfd = sys::pidfd_open(pid).ok();
+    let mut last_access = monotonic_ns();
+    let ended;
+    loop {
+        // Sleep on the process's exit (or 20 ms) rather than polling blindly.
+        let gone = match &pidfd {
+            Some(fd) => {
+                use std::os::fd::AsFd;
+                let mut fds = [nix::poll::PollFd::new(
+                    fd.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20u16)), Ok(n) if n > 0)
+            }
+            None => {
+                std::thread::sleep(Duration::from_millis(20));
+                !Path::new(&format!("/proc/{pid}")).exists()
+            }
+        };
+        if let Some(t) = tr.poll()? {
+            last_access = last_access.max(t);
+        }
+        if stop.load(Ordering::SeqCst) {
+            tr.off();
+            return Err(TraceError::Interrupted(libc::SIGTERM));
+        }
+        if gone {
+            ended = EndReason::Exited;
+            break;
+        }
+        if let Some(r) = stop_reason(monotonic_ns(), start_ts, last_access, cfg) {
+            ended = r;
+            break;
+        }
+    }
+    let end_ts = monotonic_ns();
+    let c = tr.finish(cfg.buffer_kb)?;
+    Ok(TracedLaunch {
+        root_pid: pid,
+        start_ts,
+        end_ts,
+        events: c.events,
+        block: c.block,
+        opens: c.opens,
+        opens_overflowed: c.opens_overflowed,
+        ended,
+        exit: Exit::Code(0),
+        usage: Usage::default(),
     })
 }
 

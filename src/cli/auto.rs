@@ -1,0 +1,247 @@
+//! Automatic mode on the command line: `daemon`, `status`, `app ...`, `install`.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde_json::json;
+
+use super::{code, human_bytes, require_root, AppCommand, DaemonArgs, InstallArgs};
+use crate::daemon::{config, DaemonOptions, Lifecycle, Phase, PidFile};
+use crate::store::{AppRow, Store};
+
+pub fn daemon(db: &Path, a: DaemonArgs) -> anyhow::Result<i32> {
+    if a.print_config {
+        print!("{}", config::DEFAULT_TOML);
+        return Ok(code::OK);
+    }
+    require_root("the daemon")?;
+    crate::daemon::run(&DaemonOptions {
+        db: db.to_path_buf(),
+        config_path: a.config,
+        run_dir: a.run_dir,
+    })?;
+    Ok(code::OK)
+}
+
+fn lifecycle(store: &Store, app: &AppRow) -> Lifecycle {
+    store
+        .app_settings(app.id)
+        .ok()
+        .and_then(|s| s.lifecycle)
+        .unwrap_or_default()
+}
+
+fn phase_name(app: &AppRow, lc: &Lifecycle, has_plan: bool) -> &'static str {
+    if !app.enabled {
+        return "disabled";
+    }
+    match lc.phase {
+        Phase::Prefetching => "prefetching",
+        Phase::TooSmall => "too-small",
+        Phase::Learning if has_plan => "recorded",
+        Phase::Learning => "learning",
+    }
+}
+
+pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> {
+    let running = PidFile::running(run_dir);
+    let mut apps = Vec::new();
+    if db.exists() {
+        let store = Store::open(db)?;
+        for app in store.apps()? {
+            let lc = lifecycle(&store, &app);
+            let plan = store.plan(&app).ok().flatten();
+            let strategy = app.strategy.clone().unwrap_or_else(|| "auto".into());
+            apps.push(json!({
+                "app": app.key,
+                "phase": phase_name(&app, &lc, plan.is_some()),
+                "enabled": app.enabled,
+                "launches": lc.launches,
+                "prefetches": lc.prefetches,
+                "last_miss_ratio": lc.last_miss_ratio,
+                "strategy": strategy,
+                "plan_bytes": plan.as_ref().map(|p| p.summary().bytes),
+                "saved_ms_estimate": lc.saved_ms,
+                "relearn_reason": lc.relearn_reason,
+            }));
+        }
+    }
+    if json_out {
+        println!(
+            "{}",
+            json!({"daemon": {"running": running.is_some(), "pid": running}, "apps": apps})
+        );
+        return Ok(code::OK);
+    }
+    match running {
+        Some(pid) => println!("daemon: running (pid {pid})"),
+        None => println!("daemon: not running (start it: systemctl enable --now warmstart)"),
+    }
+    if apps.is_empty() {
+        println!("no apps yet");
+        return Ok(code::OK);
+    }
+    println!(
+        "{:<12} {:>8} {:>10} {:>6} {:>10} {:>9} {:>10}  app",
+        "phase", "launches", "prefetches", "miss", "strategy", "plan", "saved"
+    );
+    for a in &apps {
+        println!(
+            "{:<12} {:>8} {:>10} {:>6} {:>10} {:>9} {:>9.1}s  {}",
+            a["phase"].as_str().unwrap_or(""),
+            a["launches"].as_u64().unwrap_or(0),
+            a["prefetches"].as_u64().unwrap_or(0),
+            a["last_miss_ratio"]
+                .as_f64()
+                .map_or("-".into(), |m| format!("{m:.2}")),
+            a["strategy"].as_str().unwrap_or(""),
+            a["plan_bytes"].as_u64().map_or("-".into(), human_bytes),
+            a["saved_ms_estimate"].as_f64().unwrap_or(0.0) / 1000.0,
+            a["app"].as_str().unwrap_or(""),
+        );
+    }
+    Ok(code::OK)
+}
+
+/// Apps matching `what`: an executable path (all apps of that executable), else a key or a
+/// unique part of one.
+fn matching(store: &Store, what: &str) -> anyhow::Result<Vec<AppRow>> {
+    let canon = std::fs::canonicalize(what)
+        .ok()
+        .map(|p| p.display().to_string());
+    let by_exe: Vec<AppRow> = store
+        .apps()?
+        .into_iter()
+        .filter(|a| a.exe == what || canon.as_deref() == Some(a.exe.as_str()))
+        .collect();
+    if !by_exe.is_empty() {
+        return Ok(by_exe);
+    }
+    Ok(vec![store.find_app(what)?])
+}
+
+/// Tell a running daemon to reload (it re-reads apps and plans).
+fn poke_daemon() {
+    if let Some(pid) = PidFile::running(Path::new(crate::trace::knobs::RUN_DIR)) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGHUP,
+        );
+    }
+}
+
+pub fn app(db: &Path, c: AppCommand) -> anyhow::Result<i32> {
+    let mut store = Store::open(db)?;
+    match c {
+        AppCommand::List { json: j } => return status_list(&store, j),
+        AppCommand::Enable { app } => {
+            for a in matching(&store, &app)? {
+                store.set_app_enabled(a.id, true)?;
+                println!("enabled {}", a.key);
+            }
+        }
+        AppCommand::Disable { app } => {
+            let rows = match matching(&store, &app) {
+                Ok(r) => r,
+                // An executable the daemon has not seen yet: record it, disabled.
+                Err(_) if Path::new(&app).is_absolute() => {
+                    let exe = std::fs::canonicalize(&app)
+                        .with_context(|| format!("{app}: no such executable"))?;
+                    let key =
+                        crate::app::AppKey::for_command(&exe, &[exe.clone().into_os_string()]);
+                    store.upsert_app(&key)?;
+                    vec![store.find_app(&key.key)?]
+                }
+                Err(e) => return Err(e),
+            };
+            for a in rows {
+                store.set_app_enabled(a.id, false)?;
+                println!("disabled {}", a.key);
+            }
+        }
+        AppCommand::Learn { app } => {
+            for a in matching(&store, &app)? {
+                store.forget_learning(a.id)?;
+                let mut st = store.app_settings(a.id)?;
+                let mut lc = st.lifecycle.unwrap_or_default();
+                lc.phase = Phase::Learning;
+                lc.since_check = 0;
+                lc.relearn_reason = Some("asked by `warmstart app learn`".into());
+                st.lifecycle = Some(lc);
+                store.set_app_settings(a.id, &st)?;
+                println!("{} goes back to learning", a.key);
+            }
+        }
+        AppCommand::Forget { app } => {
+            for a in matching(&store, &app)? {
+                store.remove_app(a.id)?;
+                println!("forgot {}", a.key);
+            }
+        }
+    }
+    poke_daemon();
+    Ok(code::OK)
+}
+
+fn status_list(store: &Store, j: bool) -> anyhow::Result<i32> {
+    let mut rows = Vec::new();
+    for a in store.apps()? {
+        let lc = lifecycle(store, &a);
+        let has_plan = store.plan(&a).ok().flatten().is_some();
+        rows.push(json!({"app": a.key, "exe": a.exe, "enabled": a.enabled, "phase": phase_name(&a, &lc, has_plan)}));
+    }
+    if j {
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        for r in rows {
+            println!(
+                "{:<12} {}",
+                r["phase"].as_str().unwrap_or(""),
+                r["app"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(code::OK)
+}
+
+pub fn install(a: InstallArgs) -> anyhow::Result<i32> {
+    require_root("install")?;
+    let me = std::env::current_exe().context("locating this binary")?;
+    std::fs::create_dir_all(&a.bin_dir)
+        .with_context(|| format!("creating {}", a.bin_dir.display()))?;
+    let bin = a.bin_dir.join("warmstart");
+    // Copy to a temporary name and rename: a running daemon keeps its old binary intact.
+    let tmp = a.bin_dir.join(".warmstart.new");
+    std::fs::copy(&me, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
+    std::fs::rename(&tmp, &bin).with_context(|| format!("installing {}", bin.display()))?;
+    println!("installed {}", bin.display());
+    std::fs::create_dir_all(&a.unit_dir)
+        .with_context(|| format!("creating {}", a.unit_dir.display()))?;
+    let unit = include_str!("../../packaging/warmstart.service")
+        .replace("/usr/local/bin/warmstart", &bin.display().to_string());
+    let unit_path = a.unit_dir.join("warmstart.service");
+    std::fs::write(&unit_path, unit).with_context(|| format!("writing {}", unit_path.display()))?;
+    println!("installed {}", unit_path.display());
+    if a.config.exists() {
+        println!("kept {}", a.config.display());
+    } else {
+        if let Some(d) = a.config.parent() {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        std::fs::write(&a.config, config::DEFAULT_TOML)
+            .with_context(|| format!("writing {}", a.config.display()))?;
+        println!("installed {}", a.config.display());
+    }
+    if Path::new("/run/systemd/system").exists() {
+        let _ = std::process::Command::new("systemctl")
+            .arg("daemon-reload")
+            .status();
+        println!("next: systemctl enable --now warmstart");
+    } else {
+        println!(
+            "systemd is not running here; start the daemon with: {} daemon",
+            bin.display()
+        );
+    }
+    Ok(code::OK)
+}

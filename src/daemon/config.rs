@@ -1,0 +1,352 @@
+//! The daemon's configuration, /etc/warmstart/config.toml. A missing file means the defaults
+//! below; a bad file is an error that names the line. `DEFAULT_TOML` is the documented file
+//! `warmstart install` writes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const DEFAULT_PATH: &str = "/etc/warmstart/config.toml";
+
+/// The shipped configuration file: every key with its default and meaning.
+pub const DEFAULT_TOML: &str = r#"# warmstart daemon configuration (defaults shown; delete a line to use its default).
+# Reload with `systemctl reload warmstart` (SIGHUP).
+
+# Learning launches before a plan is built (FAST's N_rawseq).
+n_rawseq = 2
+# Every n_chk-th prefetched launch is traced to check the plan (FAST's N_chk).
+n_chk = 5
+# Miss ratio above which an app goes back to learning (FAST's R_miss): pages the app still
+# read from disk that the plan did not cover, over the plan's pages.
+r_miss = 0.1
+# Synchronous readaheads above this share of the plan's entries also send it back
+# (Paralfetch 4.3).
+sync_readahead_share = 0.1
+# A traced launch ends after this long without file access (T_idle), or at t_timeout.
+t_idle_secs = 2.0
+t_timeout_secs = 30.0
+# Plans reading less than this are not worth prefetching (FAST measured `uname` 5% slower
+# with a prefetcher); such apps are left alone.
+min_launch_kb = 2048
+# Most MiB one launch may prefetch; 0 means half of MemAvailable.
+memory_cap_mb = 0
+# Prefetch worker threads per launch.
+jobs = 4
+# Per-CPU trace buffer of a learning or checking launch, KiB.
+buffer_kb = 8192
+# If not empty, only these executables are managed (full paths or names).
+include = []
+# Never managed: commands whose reads depend on their arguments, and short-lived tools.
+exclude = ["cp", "mv", "rm", "ln", "find", "ls", "cat", "grep", "sed", "awk", "gawk", "mawk",
+  "sort", "head", "tail", "wc", "tar", "gzip", "gunzip", "xz", "zstd", "bzip2", "rsync", "dd",
+  "du", "df", "chmod", "chown", "touch", "mkdir", "rmdir", "stat", "readlink", "basename",
+  "dirname", "env", "sleep", "true", "false", "test", "[", "tee", "xargs", "cut", "tr", "uniq",
+  "diff", "cmp", "md5sum", "sha1sum", "sha256sum", "file", "which", "id", "date", "uname", "ps",
+  "kill", "pgrep", "systemctl", "journalctl", "mount", "umount", "sudo", "su", "ssh", "scp",
+  "curl", "wget", "git", "make", "cc", "gcc", "g++", "ld", "as", "cargo", "rustc", "strace",
+  "gdb", "dpkg", "apt", "apt-get", "warmstart", "warmstart-bench", "warmstart-synth"]
+"#;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Parse { path: String, msg: String },
+    #[error("{path}: line {line}: {msg}")]
+    Value {
+        path: String,
+        line: usize,
+        msg: String,
+    },
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub n_rawseq: u32,
+    pub n_chk: u32,
+    pub r_miss: f64,
+    pub sync_readahead_share: f64,
+    pub t_idle_secs: f64,
+    pub t_timeout_secs: f64,
+    pub min_launch_kb: u64,
+    pub memory_cap_mb: u64,
+    pub jobs: usize,
+    pub buffer_kb: u32,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+impl Default for Config {
+    /// Must match `DEFAULT_TOML` (a test checks that the documented file parses to this).
+    fn default() -> Self {
+        Config {
+            n_rawseq: 2,
+            n_chk: 5,
+            r_miss: 0.1,
+            sync_readahead_share: 0.1,
+            t_idle_secs: 2.0,
+            t_timeout_secs: 30.0,
+            min_launch_kb: 2048,
+            memory_cap_mb: 0,
+            jobs: 4,
+            buffer_kb: 8192,
+            include: vec![],
+            exclude: DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+const DEFAULT_EXCLUDE: &[&str] = &[
+    "cp",
+    "mv",
+    "rm",
+    "ln",
+    "find",
+    "ls",
+    "cat",
+    "grep",
+    "sed",
+    "awk",
+    "gawk",
+    "mawk",
+    "sort",
+    "head",
+    "tail",
+    "wc",
+    "tar",
+    "gzip",
+    "gunzip",
+    "xz",
+    "zstd",
+    "bzip2",
+    "rsync",
+    "dd",
+    "du",
+    "df",
+    "chmod",
+    "chown",
+    "touch",
+    "mkdir",
+    "rmdir",
+    "stat",
+    "readlink",
+    "basename",
+    "dirname",
+    "env",
+    "sleep",
+    "true",
+    "false",
+    "test",
+    "[",
+    "tee",
+    "xargs",
+    "cut",
+    "tr",
+    "uniq",
+    "diff",
+    "cmp",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "file",
+    "which",
+    "id",
+    "date",
+    "uname",
+    "ps",
+    "kill",
+    "pgrep",
+    "systemctl",
+    "journalctl",
+    "mount",
+    "umount",
+    "sudo",
+    "su",
+    "ssh",
+    "scp",
+    "curl",
+    "wget",
+    "git",
+    "make",
+    "cc",
+    "gcc",
+    "g++",
+    "ld",
+    "as",
+    "cargo",
+    "rustc",
+    "strace",
+    "gdb",
+    "dpkg",
+    "apt",
+    "apt-get",
+    "warmstart",
+    "warmstart-bench",
+    "warmstart-synth",
+];
+
+fn line_of_key(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| {
+            let t = l.trim_start();
+            t.strip_prefix(key)
+                .is_some_and(|r| r.trim_start().starts_with('='))
+        })
+        .map(|i| i + 1)
+        .unwrap_or(1)
+}
+
+impl Config {
+    /// Load `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_string(),
+            msg: e.to_string().trim().replace('\n', " "),
+        })?;
+        let bad = |key: &str, msg: &str| ConfigError::Value {
+            path: path.to_string(),
+            line: line_of_key(text, key),
+            msg: format!("{key}: {msg}"),
+        };
+        if c.n_rawseq == 0 || c.n_rawseq > 20 {
+            return Err(bad("n_rawseq", "must be 1..=20"));
+        }
+        if c.n_chk == 0 {
+            return Err(bad("n_chk", "must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&c.r_miss) {
+            return Err(bad("r_miss", "must be between 0 and 1"));
+        }
+        if !(0.0..=1.0).contains(&c.sync_readahead_share) {
+            return Err(bad("sync_readahead_share", "must be between 0 and 1"));
+        }
+        if !(c.t_idle_secs > 0.0 && c.t_idle_secs <= 3600.0) {
+            return Err(bad("t_idle_secs", "must be in (0, 3600]"));
+        }
+        if !(c.t_timeout_secs > 0.0 && c.t_timeout_secs <= 3600.0) {
+            return Err(bad("t_timeout_secs", "must be in (0, 3600]"));
+        }
+        if c.jobs == 0 || c.jobs > 64 {
+            return Err(bad("jobs", "must be 1..=64"));
+        }
+        if c.buffer_kb < 256 {
+            return Err(bad("buffer_kb", "must be at least 256"));
+        }
+        Ok(c)
+    }
+
+    pub fn idle(&self) -> Duration {
+        Duration::from_secs_f64(self.t_idle_secs)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.t_timeout_secs)
+    }
+
+    /// Whether the daemon manages launches of `exe` running `program` (the script of an
+    /// interpreter, if any). Entries match a full path or a file name of either.
+    pub fn manages(&self, exe: &Path, program: &[String]) -> bool {
+        let mut names: Vec<String> = Vec::new();
+        for p in std::iter::once(exe.display().to_string()).chain(program.iter().cloned()) {
+            if let Some(n) = Path::new(&p).file_name() {
+                names.push(n.to_string_lossy().into_owned());
+            }
+            names.push(p);
+        }
+        let listed = |l: &[String]| l.iter().any(|x| names.contains(x));
+        if !self.include.is_empty() {
+            return listed(&self.include);
+        }
+        // Excluded tools are excluded as executables, not as scripts they happen to run.
+        let exe_name = exe
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        !self
+            .exclude
+            .iter()
+            .any(|x| *x == exe_name || *x == exe.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_come_from_the_documented_file() {
+        let c = Config::default();
+        assert_eq!((c.n_rawseq, c.n_chk, c.r_miss), (2, 5, 0.1));
+        assert_eq!(c.idle(), Duration::from_secs(2));
+        assert!(c.exclude.iter().any(|x| x == "cp") && c.exclude.iter().any(|x| x == "find"));
+        assert_eq!(Config::parse(DEFAULT_TOML, "x").unwrap(), c);
+        assert_eq!(
+            Config::parse("", "x").unwrap(),
+            c,
+            "an empty file is all defaults"
+        );
+    }
+
+    #[test]
+    fn missing_file_is_defaults() {
+        assert_eq!(
+            Config::load(Path::new("/nonexistent/warmstart.toml")).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = Config::parse("n_chk = 3\nr_miss = 7\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("r_miss"), "{e}");
+        let e = Config::parse("n_chk = 3\nbogus = 1\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("bogus") && e.contains("line 2"), "{e}");
+        let e = Config::parse("n_chk = \"three\"\n", "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn include_and_exclude() {
+        let c = Config::default();
+        assert!(!c.manages(Path::new("/usr/bin/cp"), &[]));
+        assert!(c.manages(Path::new("/usr/bin/gimp"), &[]));
+        let c = Config::parse(
+            "include = [\"/opt/app/bin/app\", \"gimp\", \"soffice\"]\n",
+            "x",
+        )
+        .unwrap();
+        assert!(c.manages(Path::new("/opt/app/bin/app"), &[]));
+        assert!(c.manages(Path::new("/usr/bin/gimp"), &[]));
+        assert!(!c.manages(Path::new("/usr/bin/inkscape"), &[]));
+        // A script run by an interpreter matches by the script.
+        assert!(c.manages(
+            Path::new("/usr/bin/dash"),
+            &["/usr/lib/libreoffice/program/soffice".into()]
+        ));
+        assert!(!c.manages(Path::new("/usr/bin/dash"), &["/tmp/other.sh".into()]));
+    }
+}

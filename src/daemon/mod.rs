@@ -1,0 +1,878 @@
+//! Automatic mode: a system daemon that sees every exec (proc connector), and runs FAST's
+//! launch manager cycle for each application (4.4): learning launches are traced as they
+//! happen (no cache drop), after N_rawseq of them the plans are built off the launch path,
+//! later launches are prefetched, and every N_chk-th one is traced to check the plan (miss
+//! ratio, synchronous readaheads, changed files), sending the app back to learning.
+//!
+//! A launch never waits for the daemon: exec notifications are asynchronous, and if the
+//! daemon hangs or dies, launches go on as if it were not there.
+
+pub mod config;
+pub mod procconn;
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use serde::{Deserialize, Serialize};
+
+use crate::app::AppKey;
+use crate::plan::{Entry, Plan};
+use crate::prefetch::{PrefetchOptions, Running};
+use crate::schedule::{auto, Strategy};
+use crate::sequence::{RawRun, SysBlockDevices, Target};
+use crate::store::{AppRow, LaunchRecord, Store};
+use crate::sys::{self, monotonic_ns};
+use crate::trace::tracefs::Tracefs;
+use crate::trace::{knobs, TraceConfig};
+use config::Config;
+use procconn::{ProcConnector, ProcEvent};
+
+pub const PID_FILE: &str = "daemon.pid";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+    #[error("another warmstart daemon is running (pid file {0})")]
+    AlreadyRunning(PathBuf),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Where an app is in its cycle (persisted in the store).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    #[default]
+    Learning,
+    Prefetching,
+    /// Its launch reads too little to be worth prefetching.
+    TooSmall,
+}
+
+/// Per-app counters the daemon keeps (in the store's app settings).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Lifecycle {
+    pub phase: Phase,
+    pub launches: u64,
+    pub prefetches: u64,
+    /// Prefetched launches since the last check (FAST's n_pref).
+    pub since_check: u32,
+    pub last_miss_ratio: Option<f64>,
+    /// Why the app last went back to learning.
+    pub relearn_reason: Option<String>,
+    /// Estimated time saved so far, ms (see `saved_estimate`).
+    pub saved_ms: f64,
+}
+
+pub struct DaemonOptions {
+    pub db: PathBuf,
+    pub config_path: PathBuf,
+    pub run_dir: PathBuf,
+}
+
+/// A plan ready to prefetch the moment its app execs.
+struct Cached {
+    app: AppRow,
+    plan: Arc<Plan>,
+    strategy: Strategy,
+}
+
+struct Shared {
+    db: PathBuf,
+    run_dir: PathBuf,
+    cfg: RwLock<Config>,
+    plans: Mutex<HashMap<String, Cached>>,
+    /// Apps with a learning or checking trace under way (one at a time per app).
+    tracing: Mutex<HashSet<String>>,
+    /// Pids of launches being handled; an exec below one of them is part of that launch.
+    active: Mutex<HashSet<i32>>,
+    tfs: Tracefs,
+    /// A tracing setup ready to follow the next learning or checking launch.
+    prepared: Mutex<Option<crate::trace::session::Prepared>>,
+    queueing: bool,
+    stop: AtomicBool,
+    /// Exec-to-first-prefetch-request latencies, µs.
+    latencies: Mutex<Vec<f64>>,
+}
+
+fn store(sh: &Shared) -> Result<Store, DaemonError> {
+    Ok(Store::open(&sh.db)?)
+}
+
+fn lifecycle(s: &Store, app: i64) -> Lifecycle {
+    s.app_settings(app)
+        .ok()
+        .and_then(|st| st.lifecycle)
+        .unwrap_or_default()
+}
+
+fn save_lifecycle(s: &mut Store, app: i64, lc: &Lifecycle) {
+    if let Ok(mut st) = s.app_settings(app) {
+        st.lifecycle = Some(lc.clone());
+        let _ = s.set_app_settings(app, &st);
+    }
+}
+
+/// The plan the daemon prefetches for an app: its default strategy's, else auto's choice.
+fn choose_plan(s: &Store, app: &AppRow, queueing: bool) -> Option<(Arc<Plan>, Strategy)> {
+    let strategy = match app.strategy.as_deref().and_then(Strategy::parse) {
+        Some(st) => st,
+        None => auto::choose(&s.launches(app.id, 200).unwrap_or_default(), queueing).0,
+    };
+    let plan = s
+        .plan_for(app, strategy.name())
+        .ok()
+        .flatten()
+        .or_else(|| s.plan(app).ok().flatten())?;
+    Some((Arc::new(plan), strategy))
+}
+
+fn refresh_cache(sh: &Shared) {
+    let Ok(s) = store(sh) else { return };
+    let Ok(rows) = s.list() else { return };
+    let mut m = HashMap::new();
+    for r in rows {
+        let Ok(Some(app)) = s.app_by_key(&r.app) else {
+            continue;
+        };
+        if !app.enabled || lifecycle(&s, app.id).phase != Phase::Prefetching {
+            continue;
+        }
+        if let Some((plan, strategy)) = choose_plan(&s, &app, sh.queueing) {
+            m.insert(
+                app.key.clone(),
+                Cached {
+                    app,
+                    plan,
+                    strategy,
+                },
+            );
+        }
+    }
+    if let Ok(mut p) = sh.plans.lock() {
+        *p = m;
+    }
+}
+
+fn read_argv(pid: i32) -> Option<(PathBuf, Vec<std::ffi::OsString>)> {
+    use std::os::unix::ffi::OsStringExt;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv: Vec<std::ffi::OsString> = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| std::ffi::OsString::from_vec(a.to_vec()))
+        .collect();
+    (!argv.is_empty()).then_some((exe, argv))
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Whether `pid` (or an ancestor) is a launch the daemon is already handling.
+fn part_of_active(sh: &Shared, pid: i32) -> bool {
+    let Ok(active) = sh.active.lock() else {
+        return false;
+    };
+    let mut p = pid;
+    for _ in 0..32 {
+        if active.contains(&p) {
+            return true;
+        }
+        match parent_of(p) {
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
+        }
+    }
+    false
+}
+
+struct ActiveGuard<'a> {
+    sh: &'a Shared,
+    pid: i32,
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut a) = self.sh.active.lock() {
+            a.remove(&self.pid);
+        }
+    }
+}
+
+fn trace_config(cfg: &Config, run_dir: &Path) -> TraceConfig {
+    TraceConfig {
+        buffer_kb: cfg.buffer_kb,
+        idle: cfg.idle(),
+        timeout: cfg.timeout(),
+        drop_caches: false,
+        run_dir: run_dir.to_path_buf(),
+        quiet: false,
+        ..TraceConfig::default()
+    }
+}
+
+/// An exec happened: decide, quickly, what to do, and do the rest on another thread.
+fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
+    if pid as u32 == std::process::id() || part_of_active(sh, pid) {
+        return;
+    }
+    let Some((exe, argv)) = read_argv(pid) else {
+        return;
+    };
+    let cfg = match sh.cfg.read() {
+        Ok(c) => c.clone(),
+        Err(_) => return,
+    };
+    let key = AppKey::for_command(&exe, &argv);
+    if !cfg.manages(&exe, &key.selector) {
+        return;
+    }
+    // Fast path: a plan is cached, prefetch at once.
+    let cached = sh.plans.lock().ok().and_then(|p| {
+        p.get(&key.key)
+            .map(|c| (c.app.clone(), c.plan.clone(), c.strategy))
+    });
+    if let Ok(mut a) = sh.active.lock() {
+        a.insert(pid);
+    }
+    let sh2 = sh.clone();
+    let spawned = match cached {
+        Some((app, plan, strategy)) => std::thread::Builder::new()
+            .name("warmstart-launch".into())
+            .spawn(move || prefetch_launch(&sh2, pid, exec_ts, app, plan, strategy, &cfg)),
+        None => std::thread::Builder::new()
+            .name("warmstart-learn".into())
+            .spawn(move || learn_launch(&sh2, pid, exec_ts, key, &cfg)),
+    };
+    if spawned.is_err() {
+        if let Ok(mut a) = sh.active.lock() {
+            a.remove(&pid);
+        }
+    }
+}
+
+/// A prefetching launch; every N_chk-th is traced as well, to check the plan.
+fn prefetch_launch(
+    sh: &Arc<Shared>,
+    pid: i32,
+    exec_ts: u64,
+    app: AppRow,
+    plan: Arc<Plan>,
+    strategy: Strategy,
+    cfg: &Config,
+) {
+    let _active = ActiveGuard { sh, pid };
+    let started_mono = monotonic_ns();
+    let opts = PrefetchOptions {
+        jobs: cfg.jobs,
+        mem_cap: (cfg.memory_cap_mb > 0).then_some(cfg.memory_cap_mb * 1024 * 1024),
+        ..PrefetchOptions::default()
+    };
+    let running = match Running::start(plan.clone(), opts) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("{}: cannot start prefetching: {e}", app.key);
+            return;
+        }
+    };
+    let mut lc = store(sh).map(|s| lifecycle(&s, app.id)).unwrap_or_default();
+    let check = lc.since_check + 1 >= cfg.n_chk && claim_trace(sh, &app.key);
+    let checked = if check {
+        let tc = trace_config(cfg, &sh.run_dir);
+        let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
+        release_trace(sh, &app.key);
+        r.ok()
+    } else {
+        if let Ok(fd) = sys::pidfd_open(pid) {
+            while !running.is_finished() {
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                if matches!(poll(&mut fds, PollTimeout::from(20u16)), Ok(n) if n > 0) {
+                    break;
+                }
+            }
+        }
+        None
+    };
+    let report = running.stop();
+    let latency_us = (started_mono + (report.first_request_us * 1000.0) as u64)
+        .saturating_sub(exec_ts) as f64
+        / 1000.0;
+    if report.requests > 0 {
+        if let Ok(mut l) = sh.latencies.lock() {
+            l.push(latency_us);
+        }
+    }
+    let Ok(mut s) = store(sh) else { return };
+    lc.launches += 1;
+    lc.prefetches += 1;
+    lc.since_check += 1;
+    lc.saved_ms += saved_estimate(&plan, lc.last_miss_ratio, sh);
+    let _ = s.add_launch(
+        app.id,
+        &LaunchRecord {
+            at_unix: unix_now(),
+            mode: "daemon".into(),
+            prefetched_bytes: report.data_bytes + report.metadata_bytes,
+            stale_files: report.files_stale + report.files_missing,
+            prefetch_ms: report.elapsed_ms,
+            strategy: Some(strategy.name().into()),
+            ..LaunchRecord::default()
+        },
+    );
+    if let Some(t) = checked {
+        lc.since_check = 0;
+        let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
+        let verdict = judge(&plan, &run, cfg);
+        lc.last_miss_ratio = Some(verdict.miss_ratio);
+        tracing::info!(
+            "{}: check: miss ratio {:.3}, {} sync readaheads{}",
+            app.key,
+            verdict.miss_ratio,
+            run.sync_readaheads,
+            verdict
+                .relearn
+                .as_deref()
+                .map(|r| format!("; back to learning: {r}"))
+                .unwrap_or_default()
+        );
+        if let Some(reason) = verdict.relearn {
+            back_to_learning(sh, &mut s, &app, &mut lc, reason);
+            return;
+        }
+    }
+    save_lifecycle(&mut s, app.id, &lc);
+}
+
+/// Whether a check says the plan no longer fits the app.
+struct Verdict {
+    miss_ratio: f64,
+    relearn: Option<String>,
+}
+
+/// FAST's miss ratio (pages read from disk that the plan does not cover, over the plan's
+/// pages), Paralfetch's synchronous-readahead share, and changed planned files.
+fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
+    let ps = plan.page_size as u64;
+    let mut covered: HashSet<(sys::Dev, u64, u64)> = HashSet::new();
+    let mut plan_pages = 0u64;
+    for e in &plan.entries {
+        if let Entry::Data { file, offset, len } = *e {
+            let f = &plan.files[file as usize];
+            for p in offset / ps..(offset + len).div_ceil(ps) {
+                covered.insert((f.dev, f.ino, p));
+            }
+            plan_pages += len.div_ceil(ps);
+        }
+    }
+    let missed: u64 = run
+        .accesses
+        .iter()
+        .filter(|a| a.from_disk)
+        .map(|a| match a.target {
+            Target::File { dev, ino } => (a.page..a.page + a.pages)
+                .filter(|p| !covered.contains(&(dev, ino, *p)))
+                .count() as u64,
+            Target::Meta { .. } => 0,
+        })
+        .sum();
+    let miss_ratio = if plan_pages == 0 {
+        0.0
+    } else {
+        missed as f64 / plan_pages as f64
+    };
+    let changed = plan
+        .files
+        .iter()
+        .filter(|f| crate::resolve::FileId::of(&f.path).is_none_or(|now| !f.unchanged(&now)))
+        .count();
+    let relearn = if miss_ratio > cfg.r_miss {
+        Some(format!(
+            "miss ratio {miss_ratio:.3} above r_miss {}",
+            cfg.r_miss
+        ))
+    } else if run.sync_readaheads as f64 > cfg.sync_readahead_share * plan.entries.len() as f64 {
+        Some(format!(
+            "{} synchronous readaheads for {} planned entries",
+            run.sync_readaheads,
+            plan.entries.len()
+        ))
+    } else if changed > 0 {
+        Some(format!("{changed} planned files changed since learning"))
+    } else {
+        None
+    };
+    Verdict {
+        miss_ratio,
+        relearn,
+    }
+}
+
+fn back_to_learning(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, reason: String) {
+    lc.phase = Phase::Learning;
+    lc.since_check = 0;
+    lc.relearn_reason = Some(reason);
+    let _ = s.forget_learning(app.id);
+    save_lifecycle(s, app.id, lc);
+    if let Ok(mut p) = sh.plans.lock() {
+        p.remove(&app.key);
+    }
+}
+
+/// Time a prefetched launch saves, estimated: each planned request the app would otherwise
+/// have waited for at queue depth 1, less the misses.
+fn saved_estimate(plan: &Plan, miss: Option<f64>, sh: &Shared) -> f64 {
+    let requests = plan
+        .entries
+        .iter()
+        .filter(|e| matches!(e, Entry::Data { .. } | Entry::Meta { .. }))
+        .count() as f64;
+    let latency_ms = store(sh)
+        .ok()
+        .and_then(|s| s.device_facts_any().ok().flatten())
+        .map(|f| f.qd1_latency_us / 1000.0)
+        .unwrap_or(0.1);
+    requests * latency_ms * (1.0 - miss.unwrap_or(0.0)).max(0.0)
+}
+
+/// Start following `pid` with the prepared setup (made now if none is ready), and prepare the
+/// next one in the background. Attaching first, before any other work, keeps the start of
+/// the launch in the recording.
+fn attach(
+    sh: &Arc<Shared>,
+    pid: i32,
+    cfg: &Config,
+) -> Result<crate::trace::session::Attached, crate::trace::TraceError> {
+    let tc = trace_config(cfg, &sh.run_dir);
+    let ready = sh.prepared.lock().ok().and_then(|mut p| p.take());
+    let prepared = match ready {
+        Some(p) => p,
+        None => crate::trace::session::Prepared::new(&sh.tfs, &tc)?,
+    };
+    let attached = prepared.attach(pid);
+    let sh2 = sh.clone();
+    std::thread::spawn(move || prepare_next(&sh2, &tc));
+    attached
+}
+
+fn prepare_next(sh: &Shared, tc: &TraceConfig) {
+    if sh.stop.load(Ordering::SeqCst) || sh.prepared.lock().map(|p| p.is_some()).unwrap_or(true) {
+        return;
+    }
+    match crate::trace::session::Prepared::new(&sh.tfs, tc) {
+        Ok(p) => {
+            if let Ok(mut slot) = sh.prepared.lock() {
+                if slot.is_none() && !sh.stop.load(Ordering::SeqCst) {
+                    *slot = Some(p);
+                }
+            }
+        }
+        Err(e) => tracing::warn!("cannot prepare tracing: {e}"),
+    }
+}
+
+fn claim_trace(sh: &Shared, key: &str) -> bool {
+    sh.tracing
+        .lock()
+        .map(|mut t| t.insert(key.to_string()))
+        .unwrap_or(false)
+}
+
+fn release_trace(sh: &Shared, key: &str) {
+    if let Ok(mut t) = sh.tracing.lock() {
+        t.remove(key);
+    }
+}
+
+/// A learning launch: trace it as it runs; after N_rawseq, build the plans.
+fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Config) {
+    let _active = ActiveGuard { sh, pid };
+    if !claim_trace(sh, &key.key) {
+        return;
+    }
+    // Record first; whether the recording is wanted is decided while it runs.
+    let attached = attach(sh, pid, cfg);
+    let decision = (|| -> Option<(Store, AppRow, Lifecycle)> {
+        let mut s = store(sh).ok()?;
+        let app = match s.app_by_key(&key.key).ok()? {
+            Some(a) => a,
+            None => {
+                s.upsert_app(&key).ok()?;
+                s.app_by_key(&key.key).ok()??
+            }
+        };
+        let lc = lifecycle(&s, app.id);
+        Some((s, app, lc))
+    })();
+    let Some((mut s, app, mut lc)) = decision else {
+        release_trace(sh, &key.key);
+        return;
+    };
+    if !app.enabled || lc.phase != Phase::Learning {
+        // Disabled, too small, or prefetching but not cached yet (its plan was just built).
+        drop(attached);
+        release_trace(sh, &key.key);
+        if app.enabled && lc.phase == Phase::Prefetching {
+            lc.launches += 1;
+            save_lifecycle(&mut s, app.id, &lc);
+            refresh_cache(sh);
+        }
+        return;
+    }
+    drop(s);
+    let tc = trace_config(cfg, &sh.run_dir);
+    let traced = attached.and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
+    release_trace(sh, &key.key);
+    // An interrupted or failed trace is discarded, never half-used.
+    let t = match traced {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!("{}: learning launch not used: {e}", key.key);
+            return;
+        }
+    };
+    let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
+    let Ok(mut s) = store(sh) else { return };
+    let mut lc = lifecycle(&s, app.id);
+    lc.launches += 1;
+    let n = match s.add_run(app.id, &run) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("{}: could not store a learning run: {e}", key.key);
+            return;
+        }
+    };
+    tracing::info!("{}: learning launch {n}/{}", key.key, cfg.n_rawseq);
+    if n < cfg.n_rawseq as usize {
+        save_lifecycle(&mut s, app.id, &lc);
+        return;
+    }
+    // Prefetcher generation, off the launch path (the app has launched).
+    let runs: Vec<RawRun> = s
+        .runs(app.id)
+        .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
+        .unwrap_or_default();
+    let base = crate::learn::base_of_warm(&key.key, &runs);
+    let facts = crate::learn::device_facts(&mut s, &sh.run_dir).ok();
+    let settings = s.app_settings(app.id).unwrap_or_default();
+    let plans = match &facts {
+        Some(f) => crate::learn::plans_for(&base, f, settings.paralfetch),
+        None => return,
+    };
+    let bytes = plans
+        .iter()
+        .find(|p| p.strategy == "trace")
+        .map(|p| p.summary().bytes)
+        .unwrap_or(0);
+    let mut plans = plans;
+    if let Err(e) = s.replace_plans(app.id, &mut plans) {
+        tracing::warn!("{}: could not store plans: {e}", key.key);
+        return;
+    }
+    lc.phase = if bytes < cfg.min_launch_kb * 1024 {
+        Phase::TooSmall
+    } else {
+        Phase::Prefetching
+    };
+    lc.since_check = 0;
+    save_lifecycle(&mut s, app.id, &lc);
+    tracing::info!(
+        "{}: plans built ({} KiB): {:?}",
+        key.key,
+        bytes / 1024,
+        lc.phase
+    );
+    refresh_cache(sh);
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// The daemon's pid file, locked while it runs (status reads liveness from the lock).
+pub struct PidFile {
+    _lock: Flock<std::fs::File>,
+}
+
+impl PidFile {
+    pub fn take(run_dir: &Path) -> Result<PidFile, DaemonError> {
+        std::fs::create_dir_all(run_dir)
+            .map_err(|e| DaemonError::Io(format!("{}: {e}", run_dir.display())))?;
+        let p = run_dir.join(PID_FILE);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .read(true)
+            .open(&p)
+            .map_err(|e| DaemonError::Io(format!("{}: {e}", p.display())))?;
+        let mut lock = Flock::lock(f, FlockArg::LockExclusiveNonblock)
+            .map_err(|_| DaemonError::AlreadyRunning(p.clone()))?;
+        use std::io::{Seek, Write};
+        let _ = lock.set_len(0);
+        let _ = lock.seek(std::io::SeekFrom::Start(0));
+        let _ = writeln!(lock, "{}", std::process::id());
+        Ok(PidFile { _lock: lock })
+    }
+
+    /// The pid of a running daemon, if one holds the lock.
+    pub fn running(run_dir: &Path) -> Option<i32> {
+        let p = run_dir.join(PID_FILE);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .ok()?;
+        match Flock::lock(f, FlockArg::LockSharedNonblock) {
+            Ok(_) => None, // nobody holds it
+            Err(_) => std::fs::read_to_string(&p).ok()?.trim().parse().ok(),
+        }
+    }
+}
+
+/// Run the daemon until SIGTERM/SIGINT. SIGHUP reloads the configuration and the plans.
+pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
+    let cfg = Config::load(&opts.config_path)?;
+    let _pid = PidFile::take(&opts.run_dir)?;
+    let tfs = Tracefs::open()?;
+    {
+        let _lock = knobs::RecordLock::acquire(&opts.run_dir)?;
+        tfs.remove_stale_instances();
+        knobs::recover_journal(&opts.run_dir);
+    }
+    let mut s = Store::open(&opts.db)?;
+    let facts = crate::learn::device_facts(&mut s, &opts.run_dir)
+        .map_err(|e| DaemonError::Io(e.to_string()))?;
+    drop(s);
+    let sh = Arc::new(Shared {
+        db: opts.db.clone(),
+        run_dir: opts.run_dir.clone(),
+        cfg: RwLock::new(cfg),
+        plans: Mutex::new(HashMap::new()),
+        tracing: Mutex::new(HashSet::new()),
+        active: Mutex::new(HashSet::new()),
+        tfs,
+        prepared: Mutex::new(None),
+        queueing: facts.queueing(),
+        stop: AtomicBool::new(false),
+        latencies: Mutex::new(Vec::new()),
+    });
+    refresh_cache(&sh);
+    if let Ok(c) = sh.cfg.read() {
+        prepare_next(&sh, &trace_config(&c, &sh.run_dir));
+    }
+    let pc = ProcConnector::open()
+        .map_err(|e| DaemonError::Io(format!("process-events connector: {e} (needs root)")))?;
+    // Signals arrive on a pipe, so the loop sleeps in poll() and uses no CPU when idle.
+    let (sig_r, sig_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(|e| DaemonError::Io(e.to_string()))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+            .map_err(|e| DaemonError::Io(e.to_string()))?;
+    let pending = Arc::new(Mutex::new(Vec::<i32>::new()));
+    let p2 = pending.clone();
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if let Ok(mut p) = p2.lock() {
+                p.push(sig);
+            }
+            let _ = nix::unistd::write(&sig_w, &[1u8]);
+        }
+    });
+    tracing::info!(
+        "warmstart daemon running (pid {}); {} apps with plans; device {}",
+        std::process::id(),
+        sh.plans.lock().map(|p| p.len()).unwrap_or(0),
+        if sh.queueing {
+            "queueing"
+        } else {
+            "not queueing"
+        }
+    );
+    loop {
+        let (pc_ready, sig_ready) = {
+            let mut fds = [
+                PollFd::new(pc.fd(), PollFlags::POLLIN),
+                PollFd::new(sig_r.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(DaemonError::Io(format!("poll: {e}"))),
+            }
+            let r = |f: &PollFd| {
+                f.revents()
+                    .is_some_and(|e| e.intersects(PollFlags::POLLIN | PollFlags::POLLERR))
+            };
+            (r(&fds[0]), r(&fds[1]))
+        };
+        if sig_ready {
+            let mut b = [0u8; 64];
+            let _ = nix::unistd::read(&sig_r, &mut b);
+            let sigs: Vec<i32> = pending
+                .lock()
+                .map(|mut p| std::mem::take(&mut *p))
+                .unwrap_or_default();
+            if sigs
+                .iter()
+                .any(|s| *s == libc::SIGTERM || *s == libc::SIGINT)
+            {
+                tracing::info!("stopping");
+                sh.stop.store(true, Ordering::SeqCst);
+                // Let running traces see the flag and remove their instances.
+                let t0 = Instant::now();
+                while sh.tracing.lock().map(|t| !t.is_empty()).unwrap_or(false)
+                    && t0.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                report_latency(&sh);
+                // The prepared setup's instance is removed when it drops.
+                if let Ok(mut p) = sh.prepared.lock() {
+                    p.take();
+                }
+                return Ok(());
+            }
+            if sigs.contains(&libc::SIGHUP) {
+                match Config::load(&opts.config_path) {
+                    Ok(c) => {
+                        if let Ok(mut w) = sh.cfg.write() {
+                            *w = c;
+                        }
+                        tracing::info!(
+                            "configuration reloaded from {}",
+                            opts.config_path.display()
+                        );
+                    }
+                    Err(e) => tracing::error!("keeping the old configuration: {e}"),
+                }
+                refresh_cache(&sh);
+            }
+        }
+        if pc_ready {
+            match pc.recv() {
+                Ok(events) => {
+                    for e in events {
+                        if let ProcEvent::Exec { pid, ts } = e {
+                            on_exec(&sh, pid, ts);
+                        }
+                    }
+                }
+                // ENOBUFS: the kernel dropped events while we were busy; carry on.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    tracing::warn!("missed exec events (socket buffer full)")
+                }
+                Err(e) => return Err(DaemonError::Io(format!("proc connector: {e}"))),
+            }
+        }
+    }
+}
+
+fn report_latency(sh: &Shared) {
+    if let Ok(l) = sh.latencies.lock() {
+        if let Some(s) = crate::bench::stats::Spread::of(&l) {
+            tracing::info!("exec to first prefetch request: median {:.0} us (min {:.0}, max {:.0}, {} launches)", s.median, s.min, s.max, s.n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::sample_plan;
+    use crate::sequence::Access;
+    use crate::trace::EndReason;
+
+    fn run_with(accesses: Vec<Access>, sync: u32) -> RawRun {
+        RawRun {
+            page_size: 4096,
+            accesses,
+            inode_loads: vec![],
+            opens: vec![],
+            execs: vec![],
+            block: vec![],
+            sync_readaheads: sync,
+            duration_ns: 0,
+            ended: EndReason::Exited,
+            exit_code: Some(0),
+            exit_signal: None,
+            usage: Default::default(),
+            started_unix_ms: 0,
+        }
+    }
+
+    #[test]
+    fn judge_computes_the_miss_ratio_over_planned_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 10_000]).unwrap();
+        let mut plan = sample_plan();
+        plan.files[0] = crate::resolve::FileId::of(&p).unwrap();
+        plan.files[1] = crate::resolve::FileId::of(dir.path()).unwrap();
+        let f = &plan.files[0];
+        let t = Target::File {
+            dev: f.dev,
+            ino: f.ino,
+        };
+        let acc = |page, pages| Access {
+            target: t,
+            page,
+            pages,
+            t: 0,
+            from_disk: true,
+            used: true,
+        };
+        let cfg = Config::default();
+        // Plan data covers pages 0..=2 (3 pages); reading page 2 (covered) and 5 (not).
+        let v = judge(&plan, &run_with(vec![acc(2, 1), acc(5, 1)], 0), &cfg);
+        assert!((v.miss_ratio - 1.0 / 3.0).abs() < 1e-9, "{}", v.miss_ratio);
+        assert!(v.relearn.unwrap().contains("miss ratio"));
+        let v = judge(&plan, &run_with(vec![acc(0, 3)], 0), &cfg);
+        assert_eq!(v.miss_ratio, 0.0);
+        assert!(v.relearn.is_none(), "{:?}", v.relearn);
+        let v = judge(&plan, &run_with(vec![], 5), &cfg);
+        assert!(v.relearn.unwrap().contains("synchronous readaheads"));
+        std::fs::write(&p, b"changed").unwrap();
+        let v = judge(&plan, &run_with(vec![], 0), &cfg);
+        assert!(v.relearn.unwrap().contains("changed"));
+    }
+
+    #[test]
+    fn pid_file_is_exclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(PidFile::running(dir.path()), None);
+        let p = PidFile::take(dir.path()).unwrap();
+        assert_eq!(
+            PidFile::running(dir.path()),
+            Some(std::process::id() as i32)
+        );
+        assert!(matches!(
+            PidFile::take(dir.path()),
+            Err(DaemonError::AlreadyRunning(_))
+        ));
+        drop(p);
+        assert_eq!(PidFile::running(dir.path()), None);
+    }
+}
