@@ -84,8 +84,11 @@ pub fn block_mounts(mountinfo: &str) -> Vec<PathBuf> {
     out
 }
 
-/// A running fanotify monitor; `finish` stops it and returns what it saw.
+/// A fanotify monitor: `prepare` makes the group (no marks: the system's opens cost nothing
+/// yet), `begin` marks the filesystems and starts reading, `finish` stops it and returns what
+/// it saw.
 pub struct OpenMonitor {
+    fan: Option<Fanotify>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<Outcome, TraceError>>>,
 }
@@ -96,7 +99,14 @@ struct Outcome {
 }
 
 impl OpenMonitor {
+    /// Prepare and begin at once.
     pub fn start() -> Result<OpenMonitor, TraceError> {
+        let mut m = OpenMonitor::prepare()?;
+        m.begin()?;
+        Ok(m)
+    }
+
+    pub fn prepare() -> Result<OpenMonitor, TraceError> {
         let fan = Fanotify::init(
             InitFlags::FAN_CLOEXEC
                 | InitFlags::FAN_NONBLOCK
@@ -109,6 +119,18 @@ impl OpenMonitor {
                 | EventFFlags::O_NONBLOCK,
         )
         .map_err(|e| TraceError::Fanotify(format!("fanotify_init: {e}")))?;
+        Ok(OpenMonitor {
+            fan: Some(fan),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+        })
+    }
+
+    /// Mark every block-backed filesystem and start reading events.
+    pub fn begin(&mut self) -> Result<(), TraceError> {
+        let Some(fan) = self.fan.take() else {
+            return Ok(()); // already begun
+        };
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| TraceError::io(Path::new("/proc/self/mountinfo"), e))?;
         let mut marked = 0;
@@ -129,25 +151,21 @@ impl OpenMonitor {
                 "could not mark any mounted filesystem".into(),
             ));
         }
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
+        let stop2 = self.stop.clone();
         let thread = std::thread::Builder::new()
             .name("warmstart-opens".into())
             .spawn(move || run(fan, stop2))
             .map_err(|e| TraceError::Fanotify(format!("spawn monitor thread: {e}")))?;
-        Ok(OpenMonitor {
-            stop,
-            thread: Some(thread),
-        })
+        self.thread = Some(thread);
+        Ok(())
     }
 
     /// Stop and collect. Records are in arrival order, one per distinct (dev, ino, path).
     pub fn finish(mut self) -> Result<(Vec<OpenRecord>, bool), TraceError> {
         self.stop.store(true, Ordering::SeqCst);
-        let t = self
-            .thread
-            .take()
-            .ok_or_else(|| TraceError::Fanotify("monitor already finished".into()))?;
+        let Some(t) = self.thread.take() else {
+            return Ok((Vec::new(), false)); // never begun
+        };
         let out = t
             .join()
             .map_err(|_| TraceError::Fanotify("monitor thread panicked".into()))??;

@@ -276,7 +276,8 @@ impl Tracing {
         } else {
             (None, None)
         };
-        let monitor = OpenMonitor::start()?;
+        // Marked only when following starts: until then the system's opens cost nothing.
+        let monitor = OpenMonitor::prepare()?;
         Ok(Tracing {
             inst,
             blk,
@@ -288,7 +289,8 @@ impl Tracing {
     }
 
     /// Follow `pid` and everything it forks from now on.
-    fn follow(&self, pid: i32) -> Result<(), TraceError> {
+    fn follow(&mut self, pid: i32) -> Result<(), TraceError> {
+        self.monitor.begin()?;
         self.inst.write("set_event_pid", &pid.to_string())?;
         self.inst.set_on(true)?;
         if let Some(b) = &self.blk {
@@ -512,8 +514,9 @@ pub struct Attached {
 impl Prepared {
     /// Start following `pid` now; decide later whether to keep the recording.
     pub fn attach(self, pid: i32) -> Result<Attached, TraceError> {
-        self.0.follow(pid)?;
-        Ok(Attached { tr: self.0, pid })
+        let mut tr = self.0;
+        tr.follow(pid)?;
+        Ok(Attached { tr, pid })
     }
 }
 
