@@ -158,6 +158,12 @@ impl AppKey {
         }
     }
 
+    /// Whether an executable named `name` is an interpreter, whose app depends on its
+    /// arguments (so it cannot be keyed from the executable alone).
+    pub fn is_interpreter(name: &str) -> bool {
+        interpreter(name).is_some()
+    }
+
     /// A user-chosen name instead of the derived key.
     pub fn named(name: &str, exe: &Path) -> AppKey {
         AppKey {

@@ -11,7 +11,8 @@ use crate::device::DeviceFacts;
 use crate::plan::Plan;
 use crate::resolve::{DirBlocks, Resolver};
 use crate::schedule::{
-    plan_for, Base, FiemapDisk, ParalfetchSettings, Strategy, StrategyContext, SysDevicePaths,
+    plan_for, Base, DevicePaths, FiemapDisk, MissingMeta, ParalfetchSettings, Strategy,
+    StrategyContext, SysDevicePaths,
 };
 use crate::sequence::{extract, RawRun, SysBlockDevices};
 use crate::store::{LaunchRecord, Store, StoreError};
@@ -208,15 +209,82 @@ pub fn plans_for(
 ) -> Vec<Plan> {
     let queueing = facts.queueing();
     let mut timer = crate::device::Model(*facts);
+    let missing = missing_metadata(&base.skeleton, &crate::schedule::SysDevicePaths);
     let mut cx = StrategyContext {
         queueing,
         paralfetch: paralfetch.unwrap_or_else(|| ParalfetchSettings::defaults(queueing)),
         disk: &mut timer,
+        missing: &missing,
     };
     Strategy::ALL
         .iter()
         .map(|s| plan_for(base, *s, &mut cx))
         .collect()
+}
+
+/// Paralfetch's missing metadata of every file in `skeleton`: the block holding its inode and
+/// its extent-tree blocks, read from its ext4 block device (opened read-only). A filesystem
+/// whose device cannot be read, or that is not ext4, is skipped with the reason.
+pub fn missing_metadata(skeleton: &Plan, devs: &dyn DevicePaths) -> MissingMeta {
+    use std::collections::BTreeMap;
+    let mut by_dev: BTreeMap<sys::Dev, Vec<usize>> = BTreeMap::new();
+    for (i, f) in skeleton.files.iter().enumerate() {
+        by_dev.entry(f.dev).or_default().push(i);
+    }
+    let mut devices = Vec::new();
+    let mut per_file = Vec::new();
+    let mut skipped = Vec::new();
+    for (dev, files) in by_dev {
+        let Some(path) = devs.path_of(dev) else {
+            skipped.push(format!("{dev} has no block device"));
+            continue;
+        };
+        let f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                skipped.push(format!("cannot read {}: {e}", path.display()));
+                continue;
+            }
+        };
+        let fs = match crate::ext4::Ext4::open(&f) {
+            Ok(fs) => fs,
+            Err(e) => {
+                skipped.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        let d = devices.len();
+        devices.push(crate::plan::BlockDevice {
+            path: path.clone(),
+            dev,
+        });
+        for i in files {
+            let ino = skeleton.files[i].ino;
+            let mut v = Vec::new();
+            if let Ok((off, len)) = fs.inode_block(&f, ino) {
+                v.push((d, off, len));
+            }
+            match fs.extent_blocks(&f, ino) {
+                Ok(blocks) => {
+                    v.extend(blocks.iter().map(|b| (d, b * fs.block_size, fs.block_size)))
+                }
+                Err(e) => tracing::debug!("{}: extent tree: {e}", skeleton.files[i].path.display()),
+            }
+            per_file.push((i as u32, v));
+        }
+    }
+    if devices.is_empty() {
+        return MissingMeta::Skipped(if skipped.is_empty() {
+            "no files".into()
+        } else {
+            skipped.join("; ")
+        });
+    }
+    MissingMeta::Found {
+        devices,
+        per_file,
+        skipped,
+    }
 }
 
 /// The facts of the device holding the state directory: measured once, then from the store.
@@ -272,10 +340,6 @@ pub fn replan_paralfetch(
         .collect();
     let mut plan = base.clone();
     plan.strategy = Strategy::Paralfetch.name().into();
-    plan.entries = crate::schedule::strategy::paralfetch(&items, settings, plan.page_size as u64)
-        .into_iter()
-        .map(|i| i.entry)
-        .collect();
     plan.hold_entries = 0;
     plan.notes = vec![format!(
         "metadata shift {} KiB, I/O distance {} ({} device); raised by dynamic scheduling",
@@ -283,6 +347,13 @@ pub fn replan_paralfetch(
         settings.distance,
         if queueing { "queueing" } else { "non-queueing" }
     )];
+    // Reads only the block devices, never the planned files (they may have changed).
+    let missing = missing_metadata(&base, &crate::schedule::SysDevicePaths);
+    let items = crate::schedule::with_missing_metadata(&mut plan, &items, &missing);
+    plan.entries = crate::schedule::strategy::paralfetch(&items, settings, plan.page_size as u64)
+        .into_iter()
+        .map(|i| i.entry)
+        .collect();
     store.put_plan(app.id, &plan)?;
     Ok(())
 }

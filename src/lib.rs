@@ -13,6 +13,7 @@ pub mod cli;
 pub mod codec;
 pub mod daemon;
 pub mod device;
+pub mod ext4;
 pub mod launch;
 pub mod learn;
 pub mod plan;

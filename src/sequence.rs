@@ -228,6 +228,23 @@ impl RawRun {
     pub fn from_trace(t: &TracedLaunch, page_size: u64, devices: &dyn DeviceMap) -> RawRun {
         let exec = t.exec_ts();
         let rel = |ts: u64| ts.saturating_sub(exec);
+        // Before its exec the traced process is still the launcher (warmstart's gate, a
+        // shell): its reads belong to the launch only for files the launch goes on to use
+        // (the exec itself reads the new binary and its loader first).
+        let file_of = |k: &EventKind| match k {
+            EventKind::PageCacheAdd { dev, ino, .. }
+            | EventKind::MapPages { dev, ino, .. }
+            | EventKind::GetPages { dev, ino, .. }
+            | EventKind::Fault { dev, ino, .. }
+            | EventKind::InodeLoad { dev, ino } => Some((*dev, *ino)),
+            _ => None,
+        };
+        let after_exec: HashSet<(Dev, u64)> = t
+            .events
+            .iter()
+            .filter(|e| e.ts >= exec)
+            .filter_map(|e| file_of(&e.kind))
+            .collect();
         let target = |dev: Dev, ino: u64| match devices.block_device(dev, ino) {
             Some(bdev) => Target::Meta { bdev },
             None => Target::File { dev, ino },
@@ -238,6 +255,13 @@ impl RawRun {
         let mut tree: HashSet<i32> = HashSet::from([t.root_pid]);
         let mut sync_readaheads = 0;
         for e in &t.events {
+            if e.ts < exec
+                && file_of(&e.kind).is_some_and(|f| {
+                    !after_exec.contains(&f) && devices.block_device(f.0, f.1).is_none()
+                })
+            {
+                continue;
+            }
             match &e.kind {
                 EventKind::PageCacheAdd {
                     dev,
@@ -579,6 +603,48 @@ mod tests {
         fn block_device(&self, dev: Dev, ino: u64) -> Option<Dev> {
             (dev.major == 0 && ino == 0x0fe0_0000).then_some(D)
         }
+    }
+
+    #[test]
+    fn reads_before_the_exec_count_only_for_files_the_launch_uses() {
+        use crate::trace::Event;
+        let ev = |ts, kind| Event { ts, tid: 100, kind };
+        let fault = |ts, ino| {
+            ev(
+                ts,
+                EventKind::Fault {
+                    dev: D,
+                    ino,
+                    index: 0,
+                },
+            )
+        };
+        let t = TracedLaunch {
+            root_pid: 100,
+            start_ts: 1000,
+            end_ts: 9000,
+            events: vec![
+                fault(1010, 99), // the launcher's own binary, before the exec
+                fault(1020, 5),  // the new binary, read by the exec itself
+                ev(
+                    1100,
+                    EventKind::Exec {
+                        pid: 100,
+                        filename: "/bin/x".into(),
+                    },
+                ),
+                fault(1200, 5),
+            ],
+            block: vec![],
+            opens: vec![],
+            opens_overflowed: false,
+            ended: EndReason::Exited,
+            exit: Exit::Code(0),
+            usage: Usage::default(),
+        };
+        let r = RawRun::from_trace(&t, 4096, &FakeDevices);
+        let inos: Vec<Target> = r.accesses.iter().map(|a| a.target).collect();
+        assert_eq!(inos, vec![f(5)], "{:?}", r.accesses);
     }
 
     #[test]

@@ -44,7 +44,10 @@ impl Sandbox {
     }
     /// Generate the synthetic workload; returns its directory.
     fn workload(&self, files: usize, size_kb: usize) -> PathBuf {
-        let d = self.path().join("app");
+        self.workload_in("app", files, size_kb)
+    }
+    fn workload_in(&self, name: &str, files: usize, size_kb: usize) -> PathBuf {
+        let d = self.path().join(name);
         let st = Command::new(SYNTH)
             .args([
                 "gen",
@@ -728,6 +731,13 @@ ready = {{ output = "^launched$" }}
         assert!(app["plan_files"].as_u64().unwrap() >= 8);
         assert!(app["overhead"]["prefetcher_peak_rss_kb"].as_u64().unwrap() > 0);
         assert!(!app["timeline"]["cold"].as_array().unwrap().is_empty());
+        // The adaptive state at the end: auto's choice among the strategies, with a reason.
+        let auto = app["adapt"]["auto_strategy"].as_str().unwrap();
+        assert!(
+            ["fast", "trace", "sorted", "paralfetch", "hybrid"].contains(&auto),
+            "{auto}"
+        );
+        assert!(app["adapt"]["distance"].as_u64().is_some());
     }
     assert_eq!(r["together"][0]["k"], 2);
     assert_eq!(r["together"][0]["cold_ms"].as_array().unwrap().len(), 2);
@@ -1099,4 +1109,223 @@ fn daemon_config_errors_name_the_line() {
     assert!(e.contains("line 2") && e.contains("r_miss"), "{e}");
     let o = run(sb.ws().args(["daemon", "--print-config"]));
     assert!(String::from_utf8_lossy(&o.stdout).contains("n_rawseq = 2"));
+}
+
+/// The daemon's app entry whose key starts with `exe`.
+fn daemon_app(status: &serde_json::Value, exe: &Path) -> serde_json::Value {
+    status["apps"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|x| {
+                    x["app"]
+                        .as_str()
+                        .is_some_and(|k| k.starts_with(exe.to_str().unwrap()))
+                })
+                .cloned()
+        })
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[test]
+fn daemon_under_load_reload_and_corrupt_plans() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    // Three apps: copies of the synthetic program (an app is its executable), each with its
+    // own files.
+    let exes: Vec<PathBuf> = ["synth-a", "synth-b", "synth-c"]
+        .iter()
+        .map(|n| {
+            let p = sb.path().join(n);
+            std::fs::copy(SYNTH, &p).unwrap();
+            p
+        })
+        .collect();
+    let dirs: Vec<PathBuf> = ["wa", "wb", "wc"]
+        .iter()
+        .map(|n| sb.workload_in(n, 16, 128))
+        .collect();
+    let launch = |i: usize| {
+        let o = run(Command::new(&exes[i]).args([
+            "launch",
+            dirs[i].to_str().unwrap(),
+            "--cpu-us",
+            "1000",
+        ]));
+        assert!(o.status.success(), "app {i}: {}", text(&o));
+    };
+    let config = sb.path().join("config.toml");
+    let write_config = |n: usize| {
+        let include: Vec<String> = exes[..n]
+            .iter()
+            .map(|e| format!("\"{}\"", e.display()))
+            .collect();
+        std::fs::write(
+            &config,
+            format!(
+                "include = [{}]\nn_rawseq = 2\nn_chk = 1000\nmin_launch_kb = 64\nt_idle_secs = 1.0\n",
+                include.join(", ")
+            ),
+        )
+        .unwrap();
+    };
+    write_config(2);
+    let before = readahead_blks();
+    let d = Daemon::start(&sb, &config);
+    let phase = |i: usize| daemon_app(&d.status(&sb), &exes[i])["phase"].clone();
+    let wait = |i: usize, want: &str, launch_it: &dyn Fn()| {
+        let t0 = Instant::now();
+        while phase(i) != want {
+            assert!(
+                t0.elapsed() < Duration::from_secs(120),
+                "app {i} never reached {want}: {}",
+                d.status(&sb)
+            );
+            launch_it();
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+    // The same app twice at once, until it has learned: both launches always complete.
+    wait(0, "prefetching", &|| {
+        std::thread::scope(|s| {
+            s.spawn(|| launch(0));
+            s.spawn(|| launch(0));
+        });
+    });
+    // App b learns while app a is prefetched next to it: none of a's reads leak into b's plan.
+    wait(1, "prefetching", &|| {
+        drop_caches();
+        std::thread::scope(|s| {
+            s.spawn(|| launch(0));
+            s.spawn(|| launch(1));
+        });
+    });
+    {
+        let store = Store::open(&sb.db()).unwrap();
+        let keys: Vec<String> = store.list().unwrap().into_iter().map(|r| r.app).collect();
+        let key_b = keys
+            .iter()
+            .find(|k| k.starts_with(exes[1].to_str().unwrap()))
+            .unwrap_or_else(|| panic!("no plan for b in {keys:?}"));
+        let plan = store
+            .plan(&store.find_app(key_b).unwrap())
+            .unwrap()
+            .unwrap();
+        let files: Vec<&PathBuf> = plan.files.iter().map(|f| &f.path).collect();
+        assert!(
+            files.iter().any(|p| p.starts_with(&dirs[1])),
+            "b's plan lacks its own files: {files:?}"
+        );
+        assert!(
+            !files
+                .iter()
+                .any(|p| p.starts_with(&dirs[0]) || p.starts_with(&exes[0])),
+            "a's files leaked into b's plan: {files:?}"
+        );
+    }
+    // Many launches at once, learning and prefetched apps mixed: all complete, the daemon
+    // stays up and keeps counting.
+    let launches_a = daemon_app(&d.status(&sb), &exes[0])["launches"]
+        .as_u64()
+        .unwrap();
+    drop_caches();
+    std::thread::scope(|s| {
+        for i in 0..12 {
+            s.spawn(move || launch(i % 2));
+        }
+    });
+    let st = d.status(&sb);
+    assert_eq!(st["daemon"]["running"], true, "{st}");
+    let t0 = Instant::now();
+    while daemon_app(&d.status(&sb), &exes[0])["launches"]
+        .as_u64()
+        .unwrap()
+        < launches_a + 6
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "launches not counted: {}",
+            d.status(&sb)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // SIGHUP reloads the configuration: app c, newly included, is now managed.
+    launch(2);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        daemon_app(&d.status(&sb), &exes[2]).is_null(),
+        "c is not included yet: {}",
+        d.status(&sb)
+    );
+    write_config(3);
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    wait(2, "learning", &|| launch(2));
+    // A corrupt plan row, found when the plans are reloaded: that app goes back to learning.
+    {
+        let mut store = Store::open(&sb.db()).unwrap();
+        let key_a = daemon_app(&d.status(&sb), &exes[0])["app"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let row = store.find_app(&key_a).unwrap();
+        store
+            .corrupt_plan_for_test(row.id, b"WSPL\x04\x00garbage")
+            .unwrap();
+    }
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let t0 = Instant::now();
+    while phase(0) != "learning" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "a corrupt plan did not send a back to learning: {}",
+            d.status(&sb)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let a = daemon_app(&d.status(&sb), &exes[0]);
+    assert!(
+        a["relearn_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("corrupt")),
+        "{a}"
+    );
+    launch(0); // and launching it still works
+    d.signal(nix::sys::signal::Signal::SIGTERM);
+    let mut d = d;
+    assert!(d.child.wait().unwrap().success());
+    assert_kernel_clean(&before);
+}
+
+#[test]
+fn daemon_measures_exec_detection_mechanisms() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let o = run(sb
+        .ws()
+        .args(["daemon", "--measure-detection", "--launches", "5", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let v = json(&o);
+    let mechs = v["mechanisms"].as_array().unwrap();
+    let names: Vec<&str> = mechs
+        .iter()
+        .map(|m| m["mechanism"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "proc-connector",
+            "fanotify-open-exec",
+            "tracepoint-trace-pipe"
+        ]
+    );
+    for m in mechs {
+        assert_eq!(m["samples_us"].as_array().unwrap().len(), 5, "{m}");
+        assert_eq!(m["missed"], 0, "{m}");
+        assert!(m["median_us"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    assert!(
+        warmstart_instances().is_empty(),
+        "tracefs instance left behind"
+    );
 }

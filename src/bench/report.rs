@@ -119,6 +119,31 @@ pub fn markdown(r: &Results) -> String {
             let _ = writeln!(s, "| {} | {} | {} |", a.name, g("cold"), g("warmstart"));
         }
     }
+    if r.apps.iter().any(|a| a.adapt.auto_strategy.is_some()) {
+        let _ = writeln!(
+            s,
+            "\n## Adaptation after the run (Paralfetch dynamic scheduling; auto's choice)\n"
+        );
+        let _ = writeln!(
+            s,
+            "| app | paralfetch raises | shift KiB | I/O distance | auto uses | why |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---|---|");
+        for a in &r.apps {
+            let d = &a.adapt;
+            let o = |v: Option<u64>| v.map_or("–".into(), |v| v.to_string());
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} |",
+                a.name,
+                d.paralfetch_raises,
+                o(d.shift_kib),
+                o(d.distance),
+                d.auto_strategy.as_deref().unwrap_or("–"),
+                d.auto_reason.as_deref().unwrap_or("").replace('|', "/")
+            );
+        }
+    }
     if !r.together.is_empty() {
         let _ = writeln!(
             s,

@@ -172,6 +172,47 @@ pub struct AppResult {
     /// launch completion, approximated at the sampling period).
     pub last_io_ms: BTreeMap<String, f64>,
     pub error: Option<String>,
+    /// What the per-app adaptation ended at after all rounds.
+    #[serde(default)]
+    pub adapt: Adapt,
+}
+
+/// The end state of an app's adaptive settings: Paralfetch's dynamic scheduling and auto's
+/// choice, from the benchmark's store.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Adapt {
+    pub paralfetch_raises: u32,
+    pub shift_kib: Option<u64>,
+    pub distance: Option<u64>,
+    pub auto_strategy: Option<String>,
+    pub auto_reason: Option<String>,
+}
+
+fn adapt_of(db: &Path, app: &str) -> Adapt {
+    let Ok(store) = Store::open(db) else {
+        return Adapt::default();
+    };
+    let Ok(row) = store.find_app(app) else {
+        return Adapt::default();
+    };
+    let settings = store.app_settings(row.id).unwrap_or_default();
+    let queueing = store
+        .device_facts_any()
+        .ok()
+        .flatten()
+        .is_none_or(|f| f.queueing());
+    let p = settings
+        .paralfetch
+        .unwrap_or_else(|| crate::schedule::ParalfetchSettings::defaults(queueing));
+    let (st, why) =
+        crate::schedule::auto::choose(&store.launches(row.id, 200).unwrap_or_default(), queueing);
+    Adapt {
+        paralfetch_raises: settings.paralfetch_raises,
+        shift_kib: Some(p.shift_bytes / 1024),
+        distance: Some(p.distance),
+        auto_strategy: Some(st.name().to_string()),
+        auto_reason: Some(why),
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -1021,6 +1062,7 @@ pub fn run(
     }
     for r in &mut results {
         summarize(r);
+        r.adapt = adapt_of(&ctx.db, &r.name);
     }
     let batch: Vec<AppSpec> = opts
         .apps

@@ -15,11 +15,57 @@ pub fn daemon(db: &Path, a: DaemonArgs) -> anyhow::Result<i32> {
         return Ok(code::OK);
     }
     require_root("the daemon")?;
+    if a.measure_detection {
+        return measure_detection(a.launches as usize, a.json);
+    }
     crate::daemon::run(&DaemonOptions {
         db: db.to_path_buf(),
         config_path: a.config,
         run_dir: a.run_dir,
     })?;
+    Ok(code::OK)
+}
+
+fn measure_detection(launches: usize, json_out: bool) -> anyhow::Result<i32> {
+    use crate::daemon::detect;
+    let exe = ["/usr/bin/true", "/bin/true"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .context("no /usr/bin/true to launch; install coreutils")?;
+    let res = detect::measure(exe, launches)
+        .with_context(|| format!("measuring exec detection with {}", exe.display()))?;
+    if json_out {
+        let v: Vec<_> = res
+            .iter()
+            .map(|d| {
+                let (median, p90) = detect::summary(d);
+                json!({"mechanism": d.mechanism, "median_us": median, "p90_us": p90,
+                       "missed": d.missed, "spawn_median_us": d.spawn_us,
+                       "samples_us": d.samples_us})
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({"launched": exe, "launches": launches, "mechanisms": v})
+        );
+        return Ok(code::OK);
+    }
+    println!(
+        "spawn of {} to notification, {launches} launches each (µs):",
+        exe.display()
+    );
+    println!(
+        "{:<24} {:>9} {:>9} {:>7} {:>12}",
+        "mechanism", "median", "p90", "missed", "spawn itself"
+    );
+    for d in &res {
+        let (median, p90) = detect::summary(d);
+        println!(
+            "{:<24} {median:>9.0} {p90:>9.0} {:>7} {:>12.0}",
+            d.mechanism, d.missed, d.spawn_us
+        );
+    }
     Ok(code::OK)
 }
 

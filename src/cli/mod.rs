@@ -96,6 +96,16 @@ pub struct DaemonArgs {
     /// Print the documented default configuration and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// Measure, instead of running, how soon each way of detecting an exec (proc connector,
+    /// fanotify, tracepoint) reports a launch, and exit.
+    #[arg(long)]
+    pub measure_detection: bool,
+    /// Launches per mechanism for --measure-detection.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub launches: u32,
+    /// With --measure-detection: print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]

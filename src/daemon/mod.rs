@@ -8,10 +8,11 @@
 //! daemon hangs or dies, launches go on as if it were not there.
 
 pub mod config;
+pub mod detect;
 pub mod procconn;
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::app::AppKey;
@@ -26,7 +28,7 @@ use crate::plan::{Entry, Plan};
 use crate::prefetch::{PrefetchOptions, Running};
 use crate::schedule::{auto, Strategy};
 use crate::sequence::{RawRun, SysBlockDevices, Target};
-use crate::store::{AppRow, LaunchRecord, Store};
+use crate::store::{AppRow, LaunchRecord, Store, StoreError};
 use crate::sys::{self, monotonic_ns};
 use crate::trace::tracefs::Tracefs;
 use crate::trace::{knobs, TraceConfig};
@@ -104,6 +106,17 @@ struct Shared {
     stop: AtomicBool,
     /// Exec-to-first-prefetch-request latencies, µs.
     latencies: Mutex<Vec<f64>>,
+    /// Held across every read-modify-write of an app's lifecycle, so concurrent launches
+    /// neither lose counts nor undo a return to learning.
+    lc_lock: Mutex<()>,
+    /// Pids whose launch was picked up from their exec open (fanotify), so the exec event
+    /// that follows is not handled twice; it brings the exec's kernel time, for the latency.
+    early: Mutex<HashMap<i32, (Instant, Option<u64>)>>,
+}
+
+/// The lifecycle lock; a poisoned lock still serialises (the data lives in the store).
+fn lc_guard(sh: &Shared) -> std::sync::MutexGuard<'_, ()> {
+    sh.lc_lock.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn store(sh: &Shared) -> Result<Store, DaemonError> {
@@ -124,40 +137,58 @@ fn save_lifecycle(s: &mut Store, app: i64, lc: &Lifecycle) {
     }
 }
 
-/// The plan the daemon prefetches for an app: its default strategy's, else auto's choice.
-fn choose_plan(s: &Store, app: &AppRow, queueing: bool) -> Option<(Arc<Plan>, Strategy)> {
+/// The plan the daemon prefetches for an app: its default strategy's, else auto's choice,
+/// falling back to the launch-order plan. A corrupt row is an error: the app must relearn.
+fn choose_plan(
+    s: &Store,
+    app: &AppRow,
+    queueing: bool,
+) -> Result<Option<(Arc<Plan>, Strategy)>, StoreError> {
     let strategy = match app.strategy.as_deref().and_then(Strategy::parse) {
         Some(st) => st,
         None => auto::choose(&s.launches(app.id, 200).unwrap_or_default(), queueing).0,
     };
-    let plan = s
-        .plan_for(app, strategy.name())
-        .ok()
-        .flatten()
-        .or_else(|| s.plan(app).ok().flatten())?;
-    Some((Arc::new(plan), strategy))
+    let plan = match s.plan_for(app, strategy.name())? {
+        Some(p) => Some(p),
+        None => s.plan(app)?,
+    };
+    Ok(plan.map(|p| (Arc::new(p), strategy)))
 }
 
 fn refresh_cache(sh: &Shared) {
-    let Ok(s) = store(sh) else { return };
+    let Ok(mut s) = store(sh) else { return };
+    let _lc = lc_guard(sh);
     let Ok(rows) = s.list() else { return };
     let mut m = HashMap::new();
     for r in rows {
         let Ok(Some(app)) = s.app_by_key(&r.app) else {
             continue;
         };
-        if !app.enabled || lifecycle(&s, app.id).phase != Phase::Prefetching {
+        let mut lc = lifecycle(&s, app.id);
+        if !app.enabled || lc.phase != Phase::Prefetching {
             continue;
         }
-        if let Some((plan, strategy)) = choose_plan(&s, &app, sh.queueing) {
-            m.insert(
-                app.key.clone(),
-                Cached {
-                    app,
-                    plan,
-                    strategy,
-                },
-            );
+        match choose_plan(&s, &app, sh.queueing) {
+            Ok(Some((plan, strategy))) => {
+                m.insert(
+                    app.key.clone(),
+                    Cached {
+                        app,
+                        plan,
+                        strategy,
+                    },
+                );
+            }
+            // Prefetching needs a plan; without a usable one the app learns again.
+            Ok(None) => {
+                tracing::warn!("{}: no plan stored; back to learning", app.key);
+                back_to_learning(sh, &mut s, &app, &mut lc, "no plan stored".into());
+            }
+            Err(StoreError::CorruptPlan { source, .. }) => {
+                tracing::warn!("{}: plan row corrupt ({source}); back to learning", app.key);
+                back_to_learning(sh, &mut s, &app, &mut lc, format!("corrupt plan: {source}"));
+            }
+            Err(e) => tracing::warn!("{}: cannot read its plan: {e}", app.key),
         }
     }
     if let Ok(mut p) = sh.plans.lock() {
@@ -232,6 +263,12 @@ fn trace_config(cfg: &Config, run_dir: &Path) -> TraceConfig {
 
 /// An exec happened: decide, quickly, what to do, and do the rest on another thread.
 fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
+    if let Ok(mut e) = sh.early.lock() {
+        if let Some(entry) = e.get_mut(&pid) {
+            entry.1 = Some(exec_ts);
+            return; // already being prefetched since its exec open
+        }
+    }
     if pid as u32 == std::process::id() || part_of_active(sh, pid) {
         return;
     }
@@ -270,6 +307,74 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
     }
 }
 
+/// The exec monitor: fanotify `FAN_OPEN_EXEC` on every block-backed filesystem. The open of
+/// the executable is reported ~250 µs before the proc connector's exec event (measured with
+/// `warmstart daemon --measure-detection`), early enough to start prefetching an app keyed
+/// by its executable alone; interpreters need their arguments and wait for the exec event.
+fn exec_monitor() -> Option<Fanotify> {
+    let fan = Fanotify::init(
+        InitFlags::FAN_CLASS_NOTIF | InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK,
+        EventFFlags::O_RDONLY | EventFFlags::O_CLOEXEC | EventFFlags::O_LARGEFILE,
+    )
+    .map_err(|e| tracing::warn!("fanotify_init: {e}; exec events only"))
+    .ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut marked = 0;
+    for mp in crate::trace::opens::block_mounts(&mountinfo) {
+        match fan.mark(
+            MarkFlags::FAN_MARK_ADD | MarkFlags::FAN_MARK_FILESYSTEM,
+            MaskFlags::FAN_OPEN_EXEC,
+            nix::fcntl::AT_FDCWD,
+            Some(&mp),
+        ) {
+            Ok(()) => marked += 1,
+            Err(e) => tracing::debug!("fanotify exec mark {}: {e}", mp.display()),
+        }
+    }
+    (marked > 0).then_some(fan)
+}
+
+/// An executable was opened for exec by `pid`: if it is an app with a cached plan, start
+/// prefetching now, before the exec completes.
+fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
+    let now = monotonic_ns();
+    let name = exe.file_name().unwrap_or_default().to_string_lossy();
+    if AppKey::is_interpreter(&name) || pid as u32 == std::process::id() {
+        return;
+    }
+    let key = AppKey::for_command(&exe, &[exe.clone().into_os_string()]);
+    let cached = sh.plans.lock().ok().and_then(|p| {
+        p.get(&key.key)
+            .map(|c| (c.app.clone(), c.plan.clone(), c.strategy))
+    });
+    let Some((app, plan, strategy)) = cached else {
+        return;
+    };
+    let cfg = match sh.cfg.read() {
+        Ok(c) => c.clone(),
+        Err(_) => return,
+    };
+    if !cfg.manages(&key.exe, &key.selector) || part_of_active(sh, pid) {
+        return;
+    }
+    if let Ok(mut e) = sh.early.lock() {
+        e.retain(|_, (t, _)| t.elapsed() < Duration::from_secs(10));
+        e.insert(pid, (Instant::now(), None));
+    }
+    if let Ok(mut a) = sh.active.lock() {
+        a.insert(pid);
+    }
+    let sh2 = sh.clone();
+    let spawned = std::thread::Builder::new()
+        .name("warmstart-launch".into())
+        .spawn(move || prefetch_launch(&sh2, pid, now, app, plan, strategy, &cfg));
+    if spawned.is_err() {
+        if let Ok(mut a) = sh.active.lock() {
+            a.remove(&pid);
+        }
+    }
+}
+
 /// A prefetching launch; every N_chk-th is traced as well, to check the plan.
 fn prefetch_launch(
     sh: &Arc<Shared>,
@@ -294,8 +399,10 @@ fn prefetch_launch(
             return;
         }
     };
-    let mut lc = store(sh).map(|s| lifecycle(&s, app.id)).unwrap_or_default();
-    let check = lc.since_check + 1 >= cfg.n_chk && claim_trace(sh, &app.key);
+    let since_check = store(sh)
+        .map(|s| lifecycle(&s, app.id).since_check)
+        .unwrap_or_default();
+    let check = since_check + 1 >= cfg.n_chk && claim_trace(sh, &app.key);
     let checked = if check {
         let tc = trace_config(cfg, &sh.run_dir);
         let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
@@ -313,16 +420,30 @@ fn prefetch_launch(
         None
     };
     let report = running.stop();
-    let latency_us = (started_mono + (report.first_request_us * 1000.0) as u64)
-        .saturating_sub(exec_ts) as f64
-        / 1000.0;
+    // Measured from the exec event's kernel time; a launch picked up at its exec open
+    // can have started prefetching before that (a negative latency).
+    let exec_ts = sh
+        .early
+        .lock()
+        .ok()
+        .and_then(|e| e.get(&pid).and_then(|(_, ts)| *ts))
+        .unwrap_or(exec_ts);
+    let first = started_mono as f64 + report.first_request_us * 1000.0;
+    let latency_us = (first - exec_ts as f64) / 1000.0;
     if report.requests > 0 {
         if let Ok(mut l) = sh.latencies.lock() {
             l.push(latency_us);
         }
     }
     let Ok(mut s) = store(sh) else { return };
+    let _lc = lc_guard(sh);
+    let mut lc = lifecycle(&s, app.id);
     lc.launches += 1;
+    if lc.phase != Phase::Prefetching {
+        // Sent back to learning (or disabled) while this launch ran: count it, nothing more.
+        save_lifecycle(&mut s, app.id, &lc);
+        return;
+    }
     lc.prefetches += 1;
     lc.since_check += 1;
     lc.saved_ms += saved_estimate(&plan, lc.last_miss_ratio, sh);
@@ -510,7 +631,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
     }
     // Record first; whether the recording is wanted is decided while it runs.
     let attached = attach(sh, pid, cfg);
-    let decision = (|| -> Option<(Store, AppRow, Lifecycle)> {
+    let decision = (|| -> Option<(Store, AppRow)> {
         let mut s = store(sh).ok()?;
         let app = match s.app_by_key(&key.key).ok()? {
             Some(a) => a,
@@ -519,13 +640,28 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
                 s.app_by_key(&key.key).ok()??
             }
         };
-        let lc = lifecycle(&s, app.id);
-        Some((s, app, lc))
+        Some((s, app))
     })();
-    let Some((mut s, app, mut lc)) = decision else {
+    let Some((mut s, app)) = decision else {
         release_trace(sh, &key.key);
         return;
     };
+    let lc_held = lc_guard(sh);
+    let mut lc = lifecycle(&s, app.id);
+    if app.enabled && lc.phase == Phase::Prefetching {
+        // Not cached: either its plans were just built, or they are gone or corrupt, and
+        // then this launch is the first of a new learning phase.
+        let reason = match choose_plan(&s, &app, sh.queueing) {
+            Ok(Some(_)) => None,
+            Ok(None) => Some("no plan stored".to_string()),
+            Err(StoreError::CorruptPlan { source, .. }) => Some(format!("corrupt plan: {source}")),
+            Err(_) => None,
+        };
+        if let Some(reason) = reason {
+            tracing::warn!("{}: {reason}; back to learning", app.key);
+            back_to_learning(sh, &mut s, &app, &mut lc, reason);
+        }
+    }
     if !app.enabled || lc.phase != Phase::Learning {
         // Disabled, too small, or prefetching but not cached yet (its plan was just built).
         drop(attached);
@@ -533,10 +669,12 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         if app.enabled && lc.phase == Phase::Prefetching {
             lc.launches += 1;
             save_lifecycle(&mut s, app.id, &lc);
+            drop(lc_held);
             refresh_cache(sh);
         }
         return;
     }
+    drop(lc_held);
     drop(s);
     let tc = trace_config(cfg, &sh.run_dir);
     let traced = attached.and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
@@ -551,8 +689,14 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
     };
     let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
     let Ok(mut s) = store(sh) else { return };
+    let lc_held = lc_guard(sh);
     let mut lc = lifecycle(&s, app.id);
     lc.launches += 1;
+    if lc.phase != Phase::Learning {
+        // Its phase changed while this launch was traced (app learn/forget, disable).
+        save_lifecycle(&mut s, app.id, &lc);
+        return;
+    }
     let n = match s.add_run(app.id, &run) {
         Ok(n) => n,
         Err(e) => {
@@ -600,6 +744,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         bytes / 1024,
         lc.phase
     );
+    drop(lc_held);
     refresh_cache(sh);
 }
 
@@ -677,6 +822,8 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         queueing: facts.queueing(),
         stop: AtomicBool::new(false),
         latencies: Mutex::new(Vec::new()),
+        lc_lock: Mutex::new(()),
+        early: Mutex::new(HashMap::new()),
     });
     refresh_cache(&sh);
     if let Ok(c) = sh.cfg.read() {
@@ -684,6 +831,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     }
     let pc = ProcConnector::open()
         .map_err(|e| DaemonError::Io(format!("process-events connector: {e} (needs root)")))?;
+    let fan = exec_monitor();
     // Signals arrive on a pipe, so the loop sleeps in poll() and uses no CPU when idle.
     let (sig_r, sig_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
@@ -712,11 +860,14 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         }
     );
     loop {
-        let (pc_ready, sig_ready) = {
-            let mut fds = [
+        let (pc_ready, sig_ready, fan_ready) = {
+            let mut fds = vec![
                 PollFd::new(pc.fd(), PollFlags::POLLIN),
                 PollFd::new(sig_r.as_fd(), PollFlags::POLLIN),
             ];
+            if let Some(f) = &fan {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            }
             match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
                 Err(nix::errno::Errno::EINTR) => continue,
@@ -726,8 +877,24 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
                 f.revents()
                     .is_some_and(|e| e.intersects(PollFlags::POLLIN | PollFlags::POLLERR))
             };
-            (r(&fds[0]), r(&fds[1]))
+            (r(&fds[0]), r(&fds[1]), fds.get(2).is_some_and(r))
         };
+        if fan_ready {
+            if let Some(f) = &fan {
+                if let Ok(events) = f.read_events() {
+                    for ev in events {
+                        let path = ev
+                            .fd()
+                            .map(|fd| format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                            .and_then(|p| std::fs::read_link(p).ok());
+                        if let Some(exe) = path {
+                            on_exec_open(&sh, ev.pid(), exe);
+                        }
+                        // Dropping the event closes its fd.
+                    }
+                }
+            }
+        }
         if sig_ready {
             let mut b = [0u8; 64];
             let _ = nix::unistd::read(&sig_r, &mut b);

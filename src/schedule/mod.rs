@@ -295,6 +295,9 @@ pub fn build_base_with(
         }
     }
     prov.unresolved_files = unresolved.len() as u32;
+    for (dev, ino) in &unresolved {
+        tracing::debug!("unresolved: inode {ino} on {dev} (opened before tracing, or not by path)");
+    }
     Base {
         skeleton: Plan {
             app: app.to_string(),
@@ -317,12 +320,87 @@ pub fn build_base_with(
     }
 }
 
-/// What a strategy needs besides the base: the device's class and timings, and the app's
-/// Paralfetch thresholds.
+/// What a strategy needs besides the base: the device's class and timings, the app's
+/// Paralfetch thresholds and the files' missing metadata.
 pub struct StrategyContext<'a> {
     pub queueing: bool,
     pub paralfetch: ParalfetchSettings,
     pub disk: &'a mut dyn strategy::DiskTimer,
+    pub missing: &'a MissingMeta,
+}
+
+/// (index into `MissingMeta::Found::devices`, byte offset, length).
+pub type MetaRange = (usize, u64, u64);
+
+/// Paralfetch's missing metadata (its 3.1) of a plan's files. Finding it reads the block
+/// device (`learn::missing_metadata`), so it is looked up outside the strategies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum MissingMeta {
+    #[default]
+    NotLooked,
+    /// Per file index: (index into `devices`, byte offset, length) of its inode-table block
+    /// and extent-tree blocks. `skipped` says which filesystems could not be read.
+    Found {
+        devices: Vec<BlockDevice>,
+        per_file: Vec<(u32, Vec<MetaRange>)>,
+        skipped: Vec<String>,
+    },
+    /// Nothing could be read; why.
+    Skipped(String),
+}
+
+/// Put `missing` into a paralfetch plan's items (adding its block devices to `plan`) and note
+/// what was done in `plan.notes`.
+pub fn with_missing_metadata(plan: &mut Plan, items: &[Item], missing: &MissingMeta) -> Vec<Item> {
+    match missing {
+        MissingMeta::NotLooked => items.to_vec(),
+        MissingMeta::Skipped(why) => {
+            plan.notes.push(format!(
+                "missing metadata: not added ({why}); the prefetcher's open of each file before its first data loads its inode instead"
+            ));
+            items.to_vec()
+        }
+        MissingMeta::Found {
+            devices,
+            per_file,
+            skipped,
+        } => {
+            let mut index = Vec::with_capacity(devices.len());
+            for d in devices {
+                let i = match plan.devices.iter().position(|p| p.dev == d.dev) {
+                    Some(i) => i,
+                    None => {
+                        plan.devices.push(d.clone());
+                        plan.devices.len() - 1
+                    }
+                };
+                index.push(i as u32);
+            }
+            let mut map: HashMap<u32, Vec<Entry>> = HashMap::new();
+            for (file, ranges) in per_file {
+                let v = map.entry(*file).or_default();
+                for &(d, offset, len) in ranges {
+                    if let Some(&device) = index.get(d) {
+                        v.push(Entry::Meta {
+                            device,
+                            offset,
+                            len,
+                        });
+                    }
+                }
+            }
+            let (out, added) =
+                strategy::insert_missing_metadata(items, &map, plan.page_size as u64);
+            let mut note = format!(
+                "missing metadata: {added} inode-table and extent-tree blocks not in the trace added before their files' first data (ext4 on-disk structures)"
+            );
+            if !skipped.is_empty() {
+                note.push_str(&format!("; skipped: {}", skipped.join("; ")));
+            }
+            plan.notes.push(note);
+            out
+        }
+    }
 }
 
 /// Order `base` with strategy `s`.
@@ -350,7 +428,8 @@ pub fn plan_for(base: &Base, s: Strategy, cx: &mut StrategyContext<'_>) -> Plan 
                     "non-queueing"
                 }
             ));
-            strategy::paralfetch(&base.items, cx.paralfetch, block)
+            let items = with_missing_metadata(&mut plan, &base.items, cx.missing);
+            strategy::paralfetch(&items, cx.paralfetch, block)
         }
         Strategy::Hybrid => {
             let disk = &mut *cx.disk;

@@ -246,6 +246,68 @@ pub fn paralfetch(items: &[Item], s: ParalfetchSettings, block: u64) -> Vec<Item
     range_merge(&metadata_shift(items, s.shift_bytes, block), s.distance)
 }
 
+/// Paralfetch 3.1, missing metadata: before each file's first data entry, the metadata its
+/// data depends on (`missing[file]`: inode-table and extent blocks) that the sequence does not
+/// already hold, at page granularity. Returns the items and how many entries were added.
+pub fn insert_missing_metadata(
+    items: &[Item],
+    missing: &std::collections::HashMap<u32, Vec<Entry>>,
+    page: u64,
+) -> (Vec<Item>, usize) {
+    let page = page.max(1);
+    let pages_of = |offset: u64, len: u64| (offset / page)..(offset + len.max(1)).div_ceil(page);
+    let mut have: std::collections::HashSet<(u32, u64)> = Default::default();
+    for it in items {
+        if let Entry::Meta {
+            device,
+            offset,
+            len,
+        } = it.entry
+        {
+            have.extend(pages_of(offset, len).map(|p| (device, p)));
+        }
+    }
+    let mut seen: std::collections::HashSet<u32> = Default::default();
+    let mut out = Vec::with_capacity(items.len());
+    let mut added = 0;
+    for it in items {
+        if let Entry::Data { file, .. } = it.entry {
+            if seen.insert(file) {
+                for m in missing.get(&file).into_iter().flatten() {
+                    let Entry::Meta {
+                        device,
+                        offset,
+                        len,
+                    } = *m
+                    else {
+                        continue;
+                    };
+                    // Only what no earlier entry brought in yet.
+                    let new: Vec<u64> = pages_of(offset, len)
+                        .filter(|p| !have.contains(&(device, *p)))
+                        .collect();
+                    let (Some(&first), Some(&last)) = (new.first(), new.last()) else {
+                        continue;
+                    };
+                    have.extend(new.iter().map(|p| (device, *p)));
+                    out.push(Item {
+                        entry: Entry::Meta {
+                            device,
+                            offset: first * page,
+                            len: (last + 1 - first) * page,
+                        },
+                        t: it.t,
+                        disk: Some(first * page),
+                    });
+                    added += 1;
+                }
+            }
+        }
+        out.push(*it);
+    }
+    (out, added)
+}
+
 /// What the hybrid segmentation needs from the device: the time to fetch a set of requests
 /// sorted by address. `record` measures it (cold) on this machine.
 pub trait DiskTimer {
@@ -374,6 +436,49 @@ mod tests {
 
     fn lbas(v: &[Item]) -> Vec<u64> {
         v.iter().map(|i| i.disk.unwrap() / 4096).collect()
+    }
+
+    #[test]
+    fn missing_metadata_goes_before_each_files_first_data_once() {
+        let d = |f, off| data(f, off, 4096, 0, 0);
+        // File 1's inode block (page 7) is already traced; files 1 and 2 share an extent
+        // block (page 9), fetched once, before the first of them.
+        let v = vec![meta(7 * 4096, 0), d(1, 0), d(2, 0), d(1, 4096)];
+        let mut m = std::collections::HashMap::new();
+        let me = |p: u64| Entry::Meta {
+            device: 0,
+            offset: p * 4096,
+            len: 4096,
+        };
+        m.insert(1u32, vec![me(7), me(9)]);
+        m.insert(2u32, vec![me(8), me(9)]);
+        let show = |out: &[Item]| -> Vec<String> {
+            out.iter()
+                .map(|i| match i.entry {
+                    Entry::Data { file, offset, .. } => format!("D{file}@{}", offset / 4096),
+                    Entry::Meta { offset, len, .. } => {
+                        format!("M{}+{}", offset / 4096, len / 4096)
+                    }
+                    _ => "?".into(),
+                })
+                .collect()
+        };
+        let (out, added) = insert_missing_metadata(&v, &m, 4096);
+        assert_eq!(show(&out), ["M7+1", "M9+1", "D1@0", "M8+1", "D2@0", "D1@1"]);
+        assert_eq!(added, 2);
+        // An inode straddling a page boundary brings both pages.
+        m.clear();
+        m.insert(
+            2u32,
+            vec![Entry::Meta {
+                device: 0,
+                offset: 5 * 4096 + 3584,
+                len: 1024,
+            }],
+        );
+        let (out, added) = insert_missing_metadata(&v, &m, 4096);
+        assert_eq!(show(&out), ["M7+1", "D1@0", "M5+2", "D2@0", "D1@1"]);
+        assert_eq!(added, 1);
     }
 
     #[test]
