@@ -63,6 +63,8 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
         db.into(),
         "-q".into(),
         "run".into(),
+        "--strategy".into(),
+        a.strategy.clone().into(),
         "--".into(),
     ];
     ws_cmd.extend(command.iter().cloned());
@@ -113,6 +115,7 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
         let v = json!({
             "app": key.key,
             "rounds": a.rounds,
+            "strategy": a.strategy,
             "cold_ms": cold,
             "warm_ms": warm,
             "warmstart_ms": ws,
@@ -123,7 +126,10 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
         return Ok(code::OK);
     }
     println!();
-    println!("{} rounds, interleaved; times in ms", a.rounds);
+    println!(
+        "{} rounds, interleaved; warmstart with the {} strategy; times in ms",
+        a.rounds, a.strategy
+    );
     println!("| scenario  | median |    min |    max | vs cold |");
     println!("|-----------|-------:|-------:|-------:|--------:|");
     for (name, s) in SCENARIOS.iter().zip(&spreads) {

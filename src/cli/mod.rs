@@ -316,6 +316,11 @@ pub struct DemoArgs {
     /// Print {"cold_ms","warm_ms","warmstart_ms","gap_closed"} (medians) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Strategy of the warmstart launches. The default is FAST's concurrent replay in launch
+    /// order (`trace`); `auto` spends its first launches trying every strategy, which a
+    /// 5-round demo would mostly measure.
+    #[arg(long, default_value = "trace", value_parser = ["fast", "trace", "sorted", "paralfetch", "hybrid", "auto"])]
+    pub strategy: String,
     /// Workload to measure (default: import Python's standard library).
     #[arg(
         trailing_var_arg = true,

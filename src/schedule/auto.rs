@@ -8,8 +8,13 @@ use crate::store::LaunchRecord;
 
 /// Samples of each strategy needed before it is compared.
 pub const MIN_SAMPLES: usize = 2;
-/// Every this many automatic launches, one goes to the strategy tried least recently.
+/// Every this many automatic launches, one goes to the contender tried least recently.
 pub const EXPLORE_EVERY: usize = 10;
+/// A contender is within this factor of the best median; a clearly slower strategy costs a
+/// user a slow launch each time it is re-tried, so it is re-tried only every
+/// `EXPLORE_EVERY * SLOW_RETRY` launches (in case the app or the device changed).
+pub const CONTENDER: f64 = 1.10;
+pub const SLOW_RETRY: usize = 5;
 
 /// The order strategies are tried in, by device class.
 pub fn preference(queueing: bool) -> [Strategy; 5] {
@@ -68,7 +73,15 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Strategy, String) {
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (best_ms, best, n) = ranked[0];
     let auto_launches = history.iter().filter(|l| l.mode == "run").count();
+    let every = EXPLORE_EVERY * SLOW_RETRY;
+    let all_of_them = auto_launches % every == every - 1;
     if auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
+        let contender = |s: Strategy| {
+            all_of_them
+                || ranked
+                    .iter()
+                    .any(|r| r.1 == s && r.0 <= best_ms * CONTENDER)
+        };
         // The strategy whose latest sample is oldest (excluding the best).
         let age = |s: Strategy| {
             history
@@ -78,7 +91,7 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Strategy, String) {
         };
         if let Some(&s) = order
             .iter()
-            .filter(|&&s| s != best)
+            .filter(|&&s| s != best && contender(s))
             .max_by_key(|&&s| age(s))
         {
             return (
@@ -151,15 +164,39 @@ mod tests {
         let (s, why) = choose(&h, true);
         assert_eq!(s, Strategy::Trace, "{why}");
         assert!(why.contains("fastest"), "{why}");
-        // With 19 automatic launches behind, the 20th explores: the strategy sampled longest
-        // ago (history is most recent first, so Sorted, at the end).
+        // With 19 automatic launches behind, the 20th explores: the contender (within 10% of
+        // the best) sampled longest ago. History is most recent first: Sorted and Hybrid are
+        // older but far slower, so it is Fast.
         for _ in 0..9 {
             h.insert(0, rec(Strategy::Trace, 91.0));
         }
         assert_eq!(h.len(), 19);
         let (s, why) = choose(&h, true);
-        assert_eq!(s, Strategy::Sorted, "{why}");
+        assert_eq!(s, Strategy::Fast, "{why}");
         assert!(why.contains("re-trying"), "{why}");
+        // Every 50th launch re-tries whatever was sampled longest ago, slow or not.
+        for _ in 0..30 {
+            h.insert(0, rec(Strategy::Trace, 91.0));
+        }
+        assert_eq!(h.len(), 49);
+        let (s, why) = choose(&h, true);
+        assert_eq!(s, Strategy::Sorted, "{why}");
+        // Between those, no re-try at all when nothing else is close.
+        let mut lone = vec![rec(Strategy::Trace, 50.0), rec(Strategy::Trace, 50.0)];
+        for s in [
+            Strategy::Paralfetch,
+            Strategy::Fast,
+            Strategy::Hybrid,
+            Strategy::Sorted,
+        ] {
+            lone.push(rec(s, 100.0));
+            lone.push(rec(s, 100.0));
+        }
+        for _ in 0..9 {
+            lone.insert(0, rec(Strategy::Trace, 50.0));
+        }
+        assert_eq!(lone.len(), 19);
+        assert_eq!(choose(&lone, true).0, Strategy::Trace);
     }
 
     #[test]
