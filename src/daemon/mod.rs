@@ -288,18 +288,26 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
         p.get(&key.key)
             .map(|c| (c.app.clone(), c.plan.clone(), c.strategy))
     });
+    match cached {
+        Some((app, plan, strategy)) => handle(sh, pid, "warmstart-launch", move |sh| {
+            prefetch_launch(sh, pid, exec_ts, app, plan, strategy, &cfg)
+        }),
+        None => handle(sh, pid, "warmstart-learn", move |sh| {
+            learn_launch(sh, pid, exec_ts, key, &cfg)
+        }),
+    }
+}
+
+/// Handle launch `pid` on a thread of its own, marking it active (its children are part of
+/// it) until the handler's guard drops; a thread that cannot start leaves nothing marked.
+fn handle(sh: &Arc<Shared>, pid: i32, name: &str, f: impl FnOnce(&Arc<Shared>) + Send + 'static) {
     if let Ok(mut a) = sh.active.lock() {
         a.insert(pid);
     }
     let sh2 = sh.clone();
-    let spawned = match cached {
-        Some((app, plan, strategy)) => std::thread::Builder::new()
-            .name("warmstart-launch".into())
-            .spawn(move || prefetch_launch(&sh2, pid, exec_ts, app, plan, strategy, &cfg)),
-        None => std::thread::Builder::new()
-            .name("warmstart-learn".into())
-            .spawn(move || learn_launch(&sh2, pid, exec_ts, key, &cfg)),
-    };
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || f(&sh2));
     if spawned.is_err() {
         if let Ok(mut a) = sh.active.lock() {
             a.remove(&pid);
@@ -361,18 +369,9 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
         e.retain(|_, (t, _)| t.elapsed() < Duration::from_secs(10));
         e.insert(pid, (Instant::now(), None));
     }
-    if let Ok(mut a) = sh.active.lock() {
-        a.insert(pid);
-    }
-    let sh2 = sh.clone();
-    let spawned = std::thread::Builder::new()
-        .name("warmstart-launch".into())
-        .spawn(move || prefetch_launch(&sh2, pid, now, app, plan, strategy, &cfg));
-    if spawned.is_err() {
-        if let Ok(mut a) = sh.active.lock() {
-            a.remove(&pid);
-        }
-    }
+    handle(sh, pid, "warmstart-launch", move |sh| {
+        prefetch_launch(sh, pid, now, app, plan, strategy, &cfg)
+    });
 }
 
 /// A prefetching launch; every N_chk-th is traced as well, to check the plan.
