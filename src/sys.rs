@@ -415,3 +415,69 @@ mod tests {
         }
     }
 }
+
+/// The parent of `pid`, from `/proc/<pid>/stat` (the command name may hold spaces and
+/// parentheses, so the fields are taken after the last `)`).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    ppid_of_stat(&stat)
+}
+
+fn ppid_of_stat(stat: &str) -> Option<i32> {
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// All live descendants of `pid`, from the ppid links in /proc.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut parent = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.filter_map(Result::ok) {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if let Some(pp) = parent_of(p) {
+                parent.push((p, pp));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(c) = todo.pop() {
+        for (p, pp) in &parent {
+            if *pp == c && !out.contains(p) {
+                out.push(*p);
+                todo.push(*p);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod proc_tests {
+    use super::*;
+
+    #[test]
+    fn ppid_is_read_after_the_command_name() {
+        assert_eq!(ppid_of_stat("42 (a) b) c) S 7 42 42 0"), Some(7));
+        assert_eq!(ppid_of_stat("garbage"), None);
+    }
+
+    #[test]
+    fn a_child_is_a_descendant_and_has_us_as_parent() {
+        let mut c = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = c.id() as i32;
+        assert_eq!(parent_of(pid), Some(std::process::id() as i32));
+        assert!(descendants(std::process::id() as i32).contains(&pid));
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}

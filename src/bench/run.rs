@@ -587,7 +587,7 @@ fn learn_app(ctx: &Ctx<'_>, app: &AppSpec, res: &mut AppResult) -> Result<(), Be
 /// a matching mapped window; for output or file apps, the file (output is not watched while
 /// learning: those apps are closed when the recorder reports the idle period).
 fn app_ready_under(ctx: &Ctx<'_>, app: &AppSpec, root: i32) -> bool {
-    if descendants(root).is_empty() {
+    if crate::sys::descendants(root).is_empty() {
         return false;
     }
     match ctx.ready(app) {
@@ -613,46 +613,14 @@ fn window_present(display: &str, re: &regex::Regex) -> bool {
     })
 }
 
-fn descendants(root: i32) -> Vec<i32> {
-    let mut parent = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.filter_map(Result::ok) {
-            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            if let Some(pp) = stat
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().nth(1))
-                .and_then(|s| s.parse::<i32>().ok())
-            {
-                parent.push((p, pp));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut todo = vec![root];
-    while let Some(c) = todo.pop() {
-        for (p, pp) in &parent {
-            if *pp == c && !out.contains(p) {
-                out.push(*p);
-                todo.push(*p);
-            }
-        }
-    }
-    out
-}
-
 fn close_descendants(root: i32) {
     for sig in [libc::SIGTERM, libc::SIGKILL] {
-        for p in descendants(root) {
+        for p in crate::sys::descendants(root) {
             // SAFETY: kill has no memory-safety preconditions.
             unsafe { libc::kill(p, sig) };
         }
         let t = Instant::now();
-        while !descendants(root).is_empty() && t.elapsed() < Duration::from_secs(5) {
+        while !crate::sys::descendants(root).is_empty() && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(50));
         }
     }

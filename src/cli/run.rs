@@ -243,7 +243,7 @@ fn detach_prefetcher(
 /// launch slept (mostly waiting for I/O while it starts).
 fn tree_waits(pid: i32) -> u64 {
     let mut pids = vec![pid];
-    pids.extend(crate::trace::session::descendants(pid));
+    pids.extend(crate::sys::descendants(pid));
     let mut total = 0;
     for p in pids {
         let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {

@@ -208,16 +208,6 @@ fn read_argv(pid: i32) -> Option<(PathBuf, Vec<std::ffi::OsString>)> {
     (!argv.is_empty()).then_some((exe, argv))
 }
 
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Whether `pid` (or an ancestor) is a launch the daemon is already handling.
 fn part_of_active(sh: &Shared, pid: i32) -> bool {
     let Ok(active) = sh.active.lock() else {
@@ -228,7 +218,7 @@ fn part_of_active(sh: &Shared, pid: i32) -> bool {
         if active.contains(&p) {
             return true;
         }
-        match parent_of(p) {
+        match sys::parent_of(p) {
             Some(pp) if pp > 1 => p = pp,
             _ => return false,
         }

@@ -612,7 +612,7 @@ fn wait_root(root: i32, interrupt: &AtomicUsize) -> Result<(Exit, Usage), TraceE
 pub fn kill_tree(root: i32) {
     let me = std::process::id() as i32;
     let targets = |_: ()| -> Vec<i32> {
-        let mut pids = descendants(me);
+        let mut pids = crate::sys::descendants(me);
         pids.retain(|p| *p != me);
         if !pids.contains(&root) && std::path::Path::new(&format!("/proc/{root}")).exists() {
             pids.push(root);
@@ -633,38 +633,4 @@ pub fn kill_tree(root: i32) {
             }
         }
     }
-}
-
-/// All descendants of `pid`, from /proc (ppid links).
-pub fn descendants(pid: i32) -> Vec<i32> {
-    let mut parent_of = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.filter_map(Result::ok) {
-            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            // pid (comm) state ppid ...: comm may contain spaces, so split after the last ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|s| s.parse::<i32>().ok());
-            if let Some(pp) = ppid {
-                parent_of.push((p, pp));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![pid];
-    while let Some(cur) = frontier.pop() {
-        for (p, pp) in &parent_of {
-            if *pp == cur && !out.contains(p) {
-                out.push(*p);
-                frontier.push(*p);
-            }
-        }
-    }
-    out
 }
