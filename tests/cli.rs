@@ -276,6 +276,9 @@ fn record_then_run_prefetches_the_workload() {
     )
     .unwrap();
     assert_eq!(stats["plan"], true);
+    // The app's own CPU time is reported: the synthetic workload burns CPU between reads.
+    let cpu_ms = stats["user_ms"].as_f64().unwrap() + stats["sys_ms"].as_f64().unwrap();
+    assert!(cpu_ms > 0.0, "{stats}");
     assert!(
         stats["prefetch"]["data_bytes"].as_u64().unwrap() > 0,
         "{stats}"

@@ -160,8 +160,8 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 None,
                 None,
                 started.elapsed().as_secs_f64() * 1e3,
-                usage.major_faults,
-                None,
+                &usage,
+                false,
                 a.json,
             );
             exit_like(exit)
@@ -461,8 +461,8 @@ fn wrapped(
         Some(&report),
         Some((strategy, why.as_str(), held_ms)),
         wall_ms,
-        usage.major_faults,
-        Some(usage.voluntary_switches),
+        &usage,
+        true,
         a.json,
     );
     exit_like(exit)
@@ -473,10 +473,14 @@ fn print_stats(
     r: Option<&PrefetchReport>,
     how: Option<(Strategy, &str, Option<f64>)>,
     wall_ms: f64,
-    majflt: u64,
-    waits: Option<u64>,
+    usage: &crate::sys::Usage,
+    // Waits are the dynamic-scheduling signal, meaningful only for a prefetched launch.
+    with_waits: bool,
     json: bool,
 ) {
+    let majflt = usage.major_faults;
+    let waits = with_waits.then_some(usage.voluntary_switches);
+    let (user_ms, sys_ms) = (usage.user_us as f64 / 1e3, usage.sys_us as f64 / 1e3);
     if json {
         let v = json!({
             "app": app,
@@ -487,13 +491,15 @@ fn print_stats(
             "wall_ms": wall_ms,
             "major_faults": majflt,
             "waits": waits,
+            "user_ms": user_ms,
+            "sys_ms": sys_ms,
             "prefetch": r,
         });
         eprintln!("{v}");
         return;
     }
     let Some(r) = r else {
-        eprintln!("warmstart: no plan for {app}; launched without prefetch ({wall_ms:.1} ms, {majflt} major faults)");
+        eprintln!("warmstart: no plan for {app}; launched without prefetch ({wall_ms:.1} ms, {user_ms:.0} ms user, {sys_ms:.0} ms system CPU, {majflt} major faults)");
         return;
     };
     eprintln!("warmstart: {app}");
@@ -506,7 +512,7 @@ fn print_stats(
         );
     }
     eprintln!(
-        "  launch:     {wall_ms:.1} ms, {majflt} major faults, {} waits",
+        "  launch:     {wall_ms:.1} ms ({user_ms:.0} ms user, {sys_ms:.0} ms system CPU), {majflt} major faults, {} waits",
         waits.map_or("?".into(), |w| w.to_string())
     );
     eprintln!(
