@@ -598,6 +598,22 @@ mod tests {
         );
     }
 
+    /// A launch of pid 100 traced from 1000 to 9000 ns that exited cleanly.
+    fn traced(events: Vec<crate::trace::Event>, block: Vec<crate::trace::Event>) -> TracedLaunch {
+        TracedLaunch {
+            root_pid: 100,
+            start_ts: 1000,
+            end_ts: 9000,
+            events,
+            block,
+            opens: vec![],
+            opens_overflowed: false,
+            ended: EndReason::Exited,
+            exit: Exit::Code(0),
+            usage: Usage::default(),
+        }
+    }
+
     struct FakeDevices;
     impl DeviceMap for FakeDevices {
         fn block_device(&self, dev: Dev, ino: u64) -> Option<Dev> {
@@ -619,11 +635,8 @@ mod tests {
                 },
             )
         };
-        let t = TracedLaunch {
-            root_pid: 100,
-            start_ts: 1000,
-            end_ts: 9000,
-            events: vec![
+        let t = traced(
+            vec![
                 fault(1010, 99), // the launcher's own binary, before the exec
                 fault(1020, 5),  // the new binary, read by the exec itself
                 ev(
@@ -635,13 +648,8 @@ mod tests {
                 ),
                 fault(1200, 5),
             ],
-            block: vec![],
-            opens: vec![],
-            opens_overflowed: false,
-            ended: EndReason::Exited,
-            exit: Exit::Code(0),
-            usage: Usage::default(),
-        };
+            vec![],
+        );
         let r = RawRun::from_trace(&t, 4096, &FakeDevices);
         let inos: Vec<Target> = r.accesses.iter().map(|a| a.target).collect();
         assert_eq!(inos, vec![f(5)], "{:?}", r.accesses);
@@ -658,11 +666,8 @@ mod tests {
             sectors: 8,
             rwbs: "RM".into(),
         };
-        let t = TracedLaunch {
-            root_pid: 100,
-            start_ts: 1000,
-            end_ts: 9000,
-            events: vec![
+        let t = traced(
+            vec![
                 ev(
                     1100,
                     EventKind::Exec {
@@ -716,16 +721,11 @@ mod tests {
                 ),
                 ev(1700, EventKind::InodeLoad { dev: D, ino: 43 }),
             ],
-            block: vec![
+            vec![
                 ev(1250, EventKind::BlockIssue(rq(56))),
                 ev(1290, EventKind::BlockComplete(rq(56))),
             ],
-            opens: vec![],
-            opens_overflowed: false,
-            ended: EndReason::Exited,
-            exit: Exit::Code(0),
-            usage: Usage::default(),
-        };
+        );
         let r = RawRun::from_trace(&t, 4096, &FakeDevices);
         let a = |target, page, pages, t, from_disk, used| Access {
             target,
