@@ -291,31 +291,6 @@ pub fn fiemap(fd: BorrowedFd<'_>) -> io::Result<Vec<Extent>> {
     }
 }
 
-/// I/O priority classes (ioprio_set(2)); mq-deadline and BFQ dispatch a higher class first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoClass {
-    RealTime(u8),
-    BestEffort(u8),
-    Idle,
-}
-
-/// Set the calling *thread's* I/O priority.
-pub fn set_thread_ioprio(class: IoClass) -> io::Result<()> {
-    const WHO_PROCESS: libc::c_int = 1; // a tid names one thread
-    let value = match class {
-        IoClass::RealTime(l) => (1 << 13) | (l.min(7) as libc::c_int),
-        IoClass::BestEffort(l) => (2 << 13) | (l.min(7) as libc::c_int),
-        IoClass::Idle => 3 << 13,
-    };
-    // SAFETY: ioprio_set takes three integers; 0 as `who` means the calling thread.
-    let rc = unsafe { libc::syscall(libc::SYS_ioprio_set, WHO_PROCESS, 0, value) };
-    if rc < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
 /// Current CLOCK_MONOTONIC in nanoseconds: the clock our tracefs instances use (`mono`), so
 /// userspace instants and event timestamps compare directly.
 pub fn monotonic_ns() -> u64 {

@@ -258,6 +258,10 @@ pub struct RunArgs {
     /// Threads of the metadata pass running ahead of the data workers (0: none).
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_META_JOBS as u16, value_parser = clap::value_parser!(u16).range(0..=16))]
     pub meta_jobs: u16,
+    /// Most KiB each worker keeps in flight before waiting for its oldest request (0:
+    /// unbounded); a short device queue lets the application's own reads through.
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_WINDOW / 1024)]
+    pub window_kb: u64,
     /// Scheduling strategy: fast, trace, sorted, paralfetch, hybrid or auto (default: the
     /// app's, set by `record --strategy`, else auto).
     #[arg(long)]

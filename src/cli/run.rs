@@ -119,6 +119,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         parse_strategy(s)?;
     }
     let exe = resolve_command(&a.command[0])?;
+    crate::prefetch::warm_executable(&exe);
     let key = key_of(&a.app, &exe, &a.command);
     let chosen = match load_plan(db, &key.key, a.strategy.as_deref()) {
         Ok(x) => x,
@@ -131,6 +132,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         jobs: a.jobs as usize,
         mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
         meta_jobs: a.meta_jobs as usize,
+        window: a.window_kb.saturating_mul(1024),
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {
