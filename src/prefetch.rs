@@ -73,6 +73,8 @@ pub struct PrefetchReport {
     pub entries_done: usize,
     pub requests: u64,
     pub data_bytes: u64,
+    /// Of `data_bytes`, what was already in the page cache when its request was made.
+    pub resident_bytes: u64,
     pub metadata_bytes: u64,
     pub lookups: u64,
     pub listings: u64,
@@ -118,6 +120,7 @@ struct Counters {
     missing: AtomicU32,
     skipped: AtomicU64,
     errors: AtomicU64,
+    resident: AtomicU64,
     first_ns: AtomicU64,
     last_ns: AtomicU64,
 }
@@ -294,11 +297,21 @@ impl Engine<'_> {
     fn do_work(&self, w: Work, win: &mut Window) {
         match self.plan.entries[w.entry as usize] {
             Entry::Data { file, .. } => {
-                match self.file_fd(file) {
+                let fd = self.file_fd(file);
+                // What was in memory before this request: a launch that found most of its
+                // plan cached says little about the strategy (see `PrefetchReport`).
+                let cached_before = fd
+                    .as_ref()
+                    .and_then(|fd| sys::cachestat(fd.as_fd(), w.offset, w.len).ok())
+                    .map_or(0, |c| c.cached_pages * 4096);
+                match fd {
                     Some(fd) => match sys::readahead(fd.as_fd(), w.offset, w.len) {
                         Ok(()) => {
                             self.mark();
                             self.c.data.fetch_add(w.len, Ordering::Relaxed);
+                            self.c
+                                .resident
+                                .fetch_add(cached_before.min(w.len), Ordering::Relaxed);
                             win.issued(fd.clone(), w.offset + w.len, w.len);
                         }
                         Err(_) => {
@@ -582,6 +595,7 @@ pub fn prefetch_holding(
         entries_done: done,
         requests: c.requests.load(Ordering::Relaxed),
         data_bytes: c.data.load(Ordering::Relaxed),
+        resident_bytes: c.resident.load(Ordering::Relaxed),
         metadata_bytes: c.meta.load(Ordering::Relaxed),
         lookups: c.lookups.load(Ordering::Relaxed),
         listings: c.listings.load(Ordering::Relaxed),

@@ -100,6 +100,9 @@ pub struct LaunchRecord {
     /// (how often it had to wait; Paralfetch's dynamic-scheduling signal).
     #[serde(default)]
     pub waits: Option<u64>,
+    /// Of the prefetched data, what was already in the page cache when it was requested.
+    #[serde(default)]
+    pub resident_bytes: Option<u64>,
 }
 
 /// Per-app settings kept between launches.

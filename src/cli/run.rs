@@ -345,6 +345,7 @@ fn prefetcher_main(
             0.0
         },
         prefetched_bytes: report.data_bytes + report.metadata_bytes,
+        resident_bytes: Some(report.resident_bytes),
         stale_files: report.files_stale + report.files_missing,
         prefetch_ms: report.elapsed_ms,
         strategy: Some(strategy.name().into()),
@@ -452,6 +453,7 @@ fn wrapped(
         signal,
         major_faults: usage.major_faults,
         prefetched_bytes: report.data_bytes + report.metadata_bytes,
+        resident_bytes: Some(report.resident_bytes),
         stale_files: report.files_stale + report.files_missing,
         prefetch_ms: report.elapsed_ms,
         strategy: Some(strategy.name().into()),
@@ -518,8 +520,9 @@ fn print_stats(
         waits.map_or("?".into(), |w| w.to_string())
     );
     eprintln!(
-        "  prefetched: {} data + {} metadata in {} requests, {} lookups, {} listings ({} work items done{})",
+        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings ({} work items done{})",
         human_bytes(r.data_bytes),
+        human_bytes(r.resident_bytes),
         human_bytes(r.metadata_bytes),
         r.requests,
         r.lookups,

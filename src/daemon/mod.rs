@@ -442,6 +442,7 @@ fn prefetch_launch(
             at_unix: unix_now(),
             mode: "daemon".into(),
             prefetched_bytes: report.data_bytes + report.metadata_bytes,
+            resident_bytes: Some(report.resident_bytes),
             stale_files: report.files_stale + report.files_missing,
             prefetch_ms: report.elapsed_ms,
             strategy: Some(strategy.name().into()),

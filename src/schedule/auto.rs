@@ -15,6 +15,23 @@ pub const EXPLORE_EVERY: usize = 10;
 /// `EXPLORE_EVERY * SLOW_RETRY` launches (in case the app or the device changed).
 pub const CONTENDER: f64 = 1.10;
 pub const SLOW_RETRY: usize = 5;
+/// Launches on this machine vary by ±10% from one to the next, so medians of a few launches
+/// rank near-equal strategies at random: another strategy replaces the device class's first
+/// choice only when its median is at least this much faster.
+pub const SWITCH_MARGIN: f64 = 0.05;
+/// A launch that found more than this share of its plan already in the page cache (a warm
+/// launch) says nothing about how well a strategy prefetches: it is not counted.
+pub const MAX_RESIDENT_SHARE: f64 = 0.5;
+
+/// Whether a launch timed a cold-enough start to compare strategies by.
+pub fn counts(l: &LaunchRecord) -> bool {
+    match l.resident_bytes {
+        Some(r) if l.prefetched_bytes > 0 => {
+            (r as f64) <= MAX_RESIDENT_SHARE * l.prefetched_bytes as f64
+        }
+        _ => true,
+    }
+}
 
 /// The order strategies are tried in, by device class.
 pub fn preference(queueing: bool) -> [Strategy; 5] {
@@ -44,7 +61,10 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Strategy, String) {
         history
             .iter()
             .filter(|l| {
-                l.mode == "run" && l.wall_ms > 0.0 && l.strategy.as_deref() == Some(s.name())
+                l.mode == "run"
+                    && l.wall_ms > 0.0
+                    && l.strategy.as_deref() == Some(s.name())
+                    && counts(l)
             })
             .take(20)
             .map(|l| l.wall_ms)
@@ -71,7 +91,13 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Strategy, String) {
         })
         .collect();
     ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (best_ms, best, n) = ranked[0];
+    let fastest = ranked[0];
+    // The device class's first choice stays unless another is clearly faster.
+    let default = ranked.iter().copied().find(|r| r.1 == order[0]);
+    let (best_ms, best, n) = match default {
+        Some(d) if fastest.0 * (1.0 + SWITCH_MARGIN) >= d.0 => d,
+        _ => fastest,
+    };
     let auto_launches = history.iter().filter(|l| l.mode == "run").count();
     let every = EXPLORE_EVERY * SLOW_RETRY;
     let all_of_them = auto_launches % every == every - 1;
@@ -106,8 +132,24 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Strategy, String) {
             );
         }
     }
+    if best != fastest.1 {
+        return (
+            best,
+            format!(
+                "{}: the device class's first choice, {:.0} ms over {} launches; {} at {:.0} ms \
+                 is not {:.0}% faster",
+                best.name(),
+                best_ms,
+                n,
+                fastest.1.name(),
+                fastest.0,
+                SWITCH_MARGIN * 100.0
+            ),
+        );
+    }
     let next = ranked
-        .get(1)
+        .iter()
+        .find(|r| r.1 != best)
         .map(|r| format!("; next {} at {:.0} ms", r.1.name(), r.0))
         .unwrap_or_default();
     (
@@ -210,5 +252,61 @@ mod tests {
             ..LaunchRecord::default()
         };
         assert_eq!(choose(&[r.clone(), r, learn], true).0, Strategy::Paralfetch);
+    }
+
+    #[test]
+    fn keeps_the_device_choice_unless_another_is_clearly_faster() {
+        let mut h = Vec::new();
+        for (s, ms) in [
+            (Strategy::Paralfetch, 100.0),
+            (Strategy::Trace, 97.0),
+            (Strategy::Fast, 99.0),
+            (Strategy::Hybrid, 120.0),
+            (Strategy::Sorted, 150.0),
+        ] {
+            h.push(rec(s, ms));
+            h.push(rec(s, ms));
+        }
+        let (s, why) = choose(&h, true);
+        assert_eq!(s, Strategy::Paralfetch, "{why}");
+        assert!(why.contains("first choice"), "{why}");
+        // 6% faster is clearly faster.
+        for r in h
+            .iter_mut()
+            .filter(|r| r.strategy.as_deref() == Some("trace"))
+        {
+            r.wall_ms = 94.0;
+        }
+        assert_eq!(choose(&h, true).0, Strategy::Trace);
+    }
+
+    #[test]
+    fn warm_launches_do_not_count() {
+        let warm = |s: Strategy, ms: f64| LaunchRecord {
+            prefetched_bytes: 1000,
+            resident_bytes: Some(900),
+            ..rec(s, ms)
+        };
+        let cold = |s: Strategy, ms: f64| LaunchRecord {
+            prefetched_bytes: 1000,
+            resident_bytes: Some(100),
+            ..rec(s, ms)
+        };
+        assert!(counts(&cold(Strategy::Trace, 1.0)) && !counts(&warm(Strategy::Trace, 1.0)));
+        assert!(
+            counts(&rec(Strategy::Trace, 1.0)),
+            "older records without the field count"
+        );
+        let mut h = Vec::new();
+        for s in preference(true) {
+            h.push(cold(s, 100.0));
+            h.push(cold(s, 100.0));
+        }
+        // Warm launches of trace look 3x faster; they must not make it the choice.
+        for _ in 0..5 {
+            h.insert(0, warm(Strategy::Trace, 30.0));
+        }
+        let (s, why) = choose(&h, true);
+        assert_eq!(s, Strategy::Paralfetch, "{why}");
     }
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Interleaved A/B of `warmstart run` variants on one command (root; the app must have a plan).
+
+    bench/ab.py ROUNDS VARIANT... -- CMD...
+
+A VARIANT is NAME=ARGS: ARGS (comma-separated) are added to `warmstart run`, e.g.
+`nowin=--window-kb=0`. Two names are special: `cold` runs CMD bare after dropping the page
+cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first.
+The order of the variants alternates from round to round.
+
+This VM's CPU speed drifts by ±30% between launches, so single medians mislead; printed are
+the per-round paired differences against the first variant (median), the gap closed from
+those paired differences, and the off-CPU time (wall minus the CPU time of the launched
+process and its waited-for children): the part of a launch prefetching can change, and
+far less noisy than the wall time. The warmstart binary is ../target/release/warmstart
+unless WARMSTART_BIN says otherwise.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+ws = os.environ.get("WARMSTART_BIN", os.path.join(here, "..", "target", "release", "warmstart"))
+sep = sys.argv.index("--")
+rounds, variants, cmd = int(sys.argv[1]), sys.argv[2:sep], sys.argv[sep + 1:]
+names = [v.split("=", 1)[0] for v in variants]
+wall = {n: [] for n in names}
+off = {n: [] for n in names}
+for r in range(rounds):
+    order = list(zip(names, variants))
+    for name, v in order if r % 2 == 0 else order[::-1]:
+        args = [a for a in v.split("=", 1)[1].split(",") if a] if "=" in v else []
+        if name != "warm":
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3")
+        argv = cmd if name in ("warm", "cold") else [ws, "-q", "run", *args, "--", *cmd]
+        t = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        ms = (time.perf_counter() - t) * 1e3
+        if status != 0:
+            sys.exit(f"ab: {name} exited with status {status}")
+        wall[name].append(ms)
+        off[name].append(ms - (ru.ru_utime + ru.ru_stime) * 1e3)
+
+base = names[0]
+def paired(d, n):
+    return statistics.median(a - b for a, b in zip(d[n], d[base]))
+print(f"{rounds} rounds; paired = median of per-round differences against {base}")
+print(f"{'variant':<12} {'median ms':>9} {'paired':>8} {'off-CPU':>8} {'paired':>8} {'gap':>6}")
+for n in names:
+    gap = ""
+    if "cold" in names and "warm" in names:
+        c, w, x = (paired(wall, k) for k in ("cold", "warm", n))
+        if c != w:
+            gap = f"{100 * (c - x) / (c - w):5.0f}%"
+    print(f"{n:<12} {statistics.median(wall[n]):9.1f} {paired(wall, n):+8.1f} "
+          f"{statistics.median(off[n]):8.1f} {paired(off, n):+8.1f} {gap:>6}")
