@@ -302,6 +302,12 @@ impl BenchDaemon {
     fn start(ctx: &Ctx<'_>) -> Result<BenchDaemon, BenchError> {
         let dir = ctx.opts.state_dir.join("daemon");
         let run_dir = dir.join("run");
+        // Its log is kept: when it does not come up, the benchmark says why.
+        let log_path = dir.join("daemon.log");
+        let log = std::fs::create_dir_all(&dir)
+            .and_then(|_| std::fs::File::create(&log_path))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null());
         let child = Command::new(&ctx.opts.warmstart_exe)
             .args([
                 "--db",
@@ -315,15 +321,28 @@ impl BenchDaemon {
             .arg(&run_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .process_group(0)
             .spawn()
             .map_err(|e| BenchError::Setup(format!("cannot start the daemon: {e}")))?;
-        let d = BenchDaemon { child };
+        let mut d = BenchDaemon { child };
         let t0 = Instant::now();
         while crate::daemon::PidFile::running(&run_dir).is_none() {
-            if t0.elapsed() > Duration::from_secs(30) {
-                return Err(BenchError::Setup("the daemon did not start".into()));
+            let exited = d.child.try_wait().ok().flatten();
+            if exited.is_some() || t0.elapsed() > Duration::from_secs(30) {
+                let last = std::fs::read_to_string(&log_path)
+                    .ok()
+                    .and_then(|l| l.lines().last().map(str::to_string))
+                    .unwrap_or_default();
+                return Err(BenchError::Setup(format!(
+                    "the daemon did not start ({}){}",
+                    exited.map_or("no pid file after 30 s".to_string(), |e| e.to_string()),
+                    if last.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {last} (log: {})", log_path.display())
+                    }
+                )));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
