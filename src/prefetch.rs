@@ -40,9 +40,10 @@ pub const DEFAULT_JOBS: usize = 4;
 /// Default metadata-pass threads (see README, "Metadata pass").
 pub const DEFAULT_META_JOBS: usize = 2;
 
-/// Default in-flight bytes per data worker. Measured on the demo (README, "In-flight
-/// window"): 2 MiB per worker (8 MiB in all, ~10 ms of this disk's bandwidth) cut the
-/// application's off-CPU time by ~6 ms against unbounded, and by less at 1 or 4 MiB.
+/// Default in-flight bytes per data worker. Measured on the demo with `bench/ab.py` (README,
+/// "What this round changed"): 2 MiB per worker (8 MiB in all, ~10 ms of this disk's
+/// bandwidth) cut the application's off-CPU time by 7-8 ms against unbounded, and by less
+/// at 1 or 4 MiB.
 pub const DEFAULT_WINDOW: u64 = 2 << 20;
 
 impl Default for PrefetchOptions {
@@ -695,6 +696,8 @@ impl Running {
 /// block, a page the plan does not hold) waits behind megabytes of prefetch. A worker over
 /// its budget first waits for its oldest range to arrive: a one-byte pread of the range's
 /// last page sleeps on that page's lock until its I/O completes, and reads nothing more.
+const WINDOW_MAX_RANGES: usize = 64;
+
 struct Window {
     budget: u64,
     pending: VecDeque<(Arc<OwnedFd>, u64, u64)>,
@@ -721,8 +724,12 @@ impl Window {
     }
 
     /// Wait until `len` more bytes fit (a range larger than the budget still goes alone).
+    /// Each pending range holds its file open, so their number is bounded too: a plan of
+    /// many small files must not run the process out of descriptors.
     fn make_room(&mut self, len: u64) {
-        while self.bytes > 0 && self.bytes + len > self.budget {
+        while self.bytes > 0
+            && (self.bytes + len > self.budget || self.pending.len() >= WINDOW_MAX_RANGES)
+        {
             let Some((fd, end, l)) = self.pending.pop_front() else {
                 break;
             };
@@ -969,6 +976,13 @@ mod tests {
         // A range larger than the whole budget drains everything, then goes alone.
         w.make_room(64 * 1024);
         assert_eq!((w.bytes, w.pending.len()), (0, 0));
+        // Many small ranges: bounded by count as well.
+        let mut small = Window::new(1 << 30);
+        for i in 0..200u64 {
+            small.make_room(4096);
+            small.issued(fd.clone(), (i % 16 + 1) * 4096, 4096);
+            assert!(small.pending.len() <= WINDOW_MAX_RANGES);
+        }
         let mut unbounded = Window::new(0);
         unbounded.issued(fd, 8192, 8192);
         unbounded.make_room(1 << 30);
