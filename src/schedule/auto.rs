@@ -177,6 +177,14 @@ mod tests {
         }
     }
 
+    /// Two timed launches of each strategy, the second `jitter` ms slower.
+    fn each_twice(times: &[(Strategy, f64)], jitter: f64) -> Vec<LaunchRecord> {
+        times
+            .iter()
+            .flat_map(|&(s, ms)| [rec(s, ms), rec(s, ms + jitter)])
+            .collect()
+    }
+
     #[test]
     fn explores_in_device_order_first() {
         let (s, why) = choose(&[], true);
@@ -192,17 +200,16 @@ mod tests {
 
     #[test]
     fn then_keeps_the_fastest_and_sometimes_retries() {
-        let mut h = Vec::new();
-        for (s, ms) in [
-            (Strategy::Paralfetch, 100.0),
-            (Strategy::Trace, 90.0),
-            (Strategy::Fast, 95.0),
-            (Strategy::Hybrid, 120.0),
-            (Strategy::Sorted, 150.0),
-        ] {
-            h.push(rec(s, ms));
-            h.push(rec(s, ms + 2.0));
-        }
+        let mut h = each_twice(
+            &[
+                (Strategy::Paralfetch, 100.0),
+                (Strategy::Trace, 90.0),
+                (Strategy::Fast, 95.0),
+                (Strategy::Hybrid, 120.0),
+                (Strategy::Sorted, 150.0),
+            ],
+            2.0,
+        );
         let (s, why) = choose(&h, true);
         assert_eq!(s, Strategy::Trace, "{why}");
         assert!(why.contains("fastest"), "{why}");
@@ -256,17 +263,16 @@ mod tests {
 
     #[test]
     fn keeps_the_device_choice_unless_another_is_clearly_faster() {
-        let mut h = Vec::new();
-        for (s, ms) in [
-            (Strategy::Paralfetch, 100.0),
-            (Strategy::Trace, 97.0),
-            (Strategy::Fast, 99.0),
-            (Strategy::Hybrid, 120.0),
-            (Strategy::Sorted, 150.0),
-        ] {
-            h.push(rec(s, ms));
-            h.push(rec(s, ms));
-        }
+        let mut h = each_twice(
+            &[
+                (Strategy::Paralfetch, 100.0),
+                (Strategy::Trace, 97.0),
+                (Strategy::Fast, 99.0),
+                (Strategy::Hybrid, 120.0),
+                (Strategy::Sorted, 150.0),
+            ],
+            0.0,
+        );
         let (s, why) = choose(&h, true);
         assert_eq!(s, Strategy::Paralfetch, "{why}");
         assert!(why.contains("first choice"), "{why}");
