@@ -4,7 +4,8 @@
     bench/ab.py ROUNDS VARIANT... -- CMD...
 
 A VARIANT is NAME=ARGS: ARGS (comma-separated) are added to `warmstart run`, e.g.
-`nowin=--window-kb=0`. Two names are special: `cold` runs CMD bare after dropping the page
+`nowin=--window-kb=0`; ARGS that start with @PATH run the warmstart binary at PATH instead
+(e.g. `old=@/tmp/warmstart-old` to compare two builds). Two names are special: `cold` runs CMD bare after dropping the page
 cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first.
 The order of the variants alternates from round to round.
 
@@ -35,7 +36,10 @@ for r in range(rounds):
         if name != "warm":
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("3")
-        argv = cmd if name in ("warm", "cold") else [ws, "-q", "run", *args, "--", *cmd]
+        exe = ws
+        if args and args[0].startswith("@"):
+            exe, args = args[0][1:], args[1:]
+        argv = cmd if name in ("warm", "cold") else [exe, "-q", "run", *args, "--", *cmd]
         t = time.perf_counter()
         p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _, status, ru = os.wait4(p.pid, 0)

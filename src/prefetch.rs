@@ -147,10 +147,10 @@ fn readahead_chunk(dev: Dev) -> u64 {
     ra.max(io).max(128 * 1024)
 }
 
-/// Start reading the executable a launch is about to exec, before anything else (the plan
-/// is not loaded yet). A cold exec faults the binary in through one mmap read-around of the
-/// readahead window, so this asks for the same bytes, only earlier: while warmstart itself
-/// starts, opens its database and forks the prefetcher. Best effort, never an error.
+/// Start reading the executable a launch is about to exec. A cold exec faults the binary in
+/// through one mmap read-around of the readahead window, so this asks for the same bytes, only
+/// earlier: while the prefetcher is forked and starts its first requests. Best effort, never
+/// an error.
 pub fn warm_executable(path: &Path) {
     // The path may name a symlink (/usr/bin/python3); the file is what exec will map.
     let Ok(real) = std::fs::canonicalize(path) else {

@@ -119,7 +119,6 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         parse_strategy(s)?;
     }
     let exe = resolve_command(&a.command[0])?;
-    crate::prefetch::warm_executable(&exe);
     let key = key_of(&a.app, &exe, &a.command);
     let chosen = match load_plan(db, &key.key, a.strategy.as_deref()) {
         Ok(x) => x,
@@ -128,6 +127,9 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             None
         }
     };
+    // Only now: issued first, the executable's readahead (the whole binary, megabytes) queued
+    // ahead of the path lookups and database reads above and delayed them by ~5 ms.
+    crate::prefetch::warm_executable(&exe);
     let opts = PrefetchOptions {
         jobs: a.jobs as usize,
         mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
