@@ -326,6 +326,66 @@ pub fn drop_caches() -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cpus_without_keeps_at_least_one() {
+        assert_eq!(cpus_without(&[0, 1], 1), Some(vec![0]));
+        assert_eq!(cpus_without(&[0, 1, 2, 3], 2), Some(vec![0, 1, 3]));
+        assert_eq!(cpus_without(&[1], 1), None);
+        assert_eq!(cpus_without(&[0, 1], 5), None);
+    }
+
+    #[test]
+    fn cpu_of_stat_reads_field_39() {
+        // `cat /proc/self/stat` on this kernel; it ran on CPU 0.
+        let real = "15055 (cat) R 15012 15012 1531 0 -1 4194304 97 0 0 0 0 0 0 0 20 0 1 0 1230664 \
+            3133440 362 18446744073709551615 94563443097600 94563443117481 140721531774608 0 0 0 0 \
+            0 0 0 0 0 17 0 0 0 0 0 0 94563443133488 94563443135104 94563736330240 \
+            140721531775676 140721531775696 140721531775696 140721531777003 0";
+        assert_eq!(cpu_of_stat(real), Some(0));
+        // The same on CPU 1, under a command name holding a space and a parenthesis.
+        let odd = real
+            .replace("(cat)", "(a b) c)")
+            .replace(" 17 0 0 0", " 17 1 0 0");
+        assert_eq!(cpu_of_stat(&odd), Some(1));
+        assert_eq!(cpu_of_stat("garbage"), None);
+    }
+
+    #[test]
+    fn keep_off_cpu_takes_the_cpu_out_of_this_thread_only() {
+        use nix::sched::sched_getaffinity;
+        use nix::unistd::Pid;
+        let before = sched_getaffinity(Pid::from_raw(0)).expect("affinity");
+        let allowed: Vec<usize> = (0..nix::sched::CpuSet::count())
+            .filter(|&c| before.is_set(c).unwrap_or(false))
+            .collect();
+        if allowed.len() < 2 {
+            println!("skipped: one CPU, nothing to keep off");
+            return;
+        }
+        let cpu = allowed[0];
+        // In a thread of its own: affinity is per thread, and the test harness's stays.
+        let after = std::thread::spawn(move || {
+            assert!(keep_off_cpu(cpu));
+            // Threads started afterwards inherit it.
+            std::thread::spawn(|| sched_getaffinity(Pid::from_raw(0)).expect("affinity"))
+                .join()
+                .expect("thread")
+        })
+        .join()
+        .expect("thread");
+        assert!(!after.is_set(cpu).unwrap_or(true));
+        assert!(after.is_set(allowed[1]).unwrap_or(false));
+        let mine = sched_getaffinity(Pid::from_raw(0)).expect("affinity");
+        assert!(mine.is_set(cpu).unwrap_or(false));
+    }
+
+    #[test]
+    fn current_cpu_is_one_we_may_run_on() {
+        let cpu = current_cpu().expect("sched_getcpu");
+        let now = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("affinity");
+        assert!(now.is_set(cpu).unwrap_or(false));
+    }
+
     use super::*;
 
     #[test]
@@ -405,6 +465,59 @@ fn ppid_of_stat(stat: &str) -> Option<i32> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// The CPU `pid` last ran on (field 39 of `/proc/<pid>/stat`).
+pub fn last_cpu(pid: i32) -> Option<usize> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_of_stat(&stat)
+}
+
+fn cpu_of_stat(stat: &str) -> Option<usize> {
+    // Field 39 is the 37th after the command name's closing parenthesis.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(36)?
+        .parse()
+        .ok()
+}
+
+/// The CPU the calling thread runs on now.
+pub fn current_cpu() -> Option<usize> {
+    nix::sched::sched_getcpu().ok()
+}
+
+/// The CPUs left once `cpu` is taken out of `allowed`; None when that would leave none, or
+/// `cpu` is not among them (nothing to change).
+pub fn cpus_without(allowed: &[usize], cpu: usize) -> Option<Vec<usize>> {
+    if !allowed.contains(&cpu) || allowed.len() < 2 {
+        return None;
+    }
+    Some(allowed.iter().copied().filter(|&c| c != cpu).collect())
+}
+
+/// Keep the calling thread (and the threads it starts afterwards) off `cpu`, if it may run
+/// anywhere else. Returns whether the affinity changed.
+pub fn keep_off_cpu(cpu: usize) -> bool {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let Ok(now) = sched_getaffinity(Pid::from_raw(0)) else {
+        return false;
+    };
+    let allowed: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| now.is_set(c).unwrap_or(false))
+        .collect();
+    let Some(keep) = cpus_without(&allowed, cpu) else {
+        return false;
+    };
+    let mut set = CpuSet::new();
+    for c in keep {
+        if set.set(c).is_err() {
+            return false;
+        }
+    }
+    sched_setaffinity(Pid::from_raw(0), &set).is_ok()
 }
 
 /// All live descendants of `pid`, from the ppid links in /proc.

@@ -262,6 +262,10 @@ pub struct RunArgs {
     /// unbounded); a short device queue lets the application's own reads through.
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_WINDOW / 1024)]
     pub window_kb: u64,
+    /// Let the prefetch threads run on the CPU the application starts on (by default they
+    /// keep off it, when there is another, so they never preempt its launch).
+    #[arg(long)]
+    pub share_cpu: bool,
     /// Scheduling strategy: fast, trace, sorted, paralfetch, hybrid or auto (default: the
     /// app's, set by `record --strategy`, else auto).
     #[arg(long)]

@@ -135,6 +135,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
         meta_jobs: a.meta_jobs as usize,
         window: a.window_kb.saturating_mul(1024),
+        avoid_cpu: None,
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {
@@ -150,7 +151,15 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
             let hold = plan.hold_entries > 0;
-            let released = detach_prefetcher(db.to_path_buf(), app, plan, strategy, opts, hold);
+            let released = detach_prefetcher(
+                db.to_path_buf(),
+                app,
+                plan,
+                strategy,
+                opts,
+                hold,
+                !a.share_cpu,
+            );
             if let Some(r) = released {
                 wait_release(&r, hold_cap);
             }
@@ -204,6 +213,7 @@ fn detach_prefetcher(
     strategy: Strategy,
     opts: PrefetchOptions,
     hold: bool,
+    avoid_cpu: bool,
 ) -> Option<OwnedFd> {
     let app_pid = std::process::id() as i32;
     let pipe = if hold {
@@ -229,6 +239,11 @@ fn detach_prefetcher(
             // SAFETY: as above; this process is single-threaded.
             if let Ok(ForkResult::Child) = unsafe { fork() } {
                 let release = pipe.map(|(_r, w)| w);
+                let opts = PrefetchOptions {
+                    // Where the application (our grandparent until its exec) runs.
+                    avoid_cpu: avoid_cpu.then(|| sys::last_cpu(app_pid)).flatten(),
+                    ..opts
+                };
                 let code = prefetcher_main(&db, app, plan, strategy, opts, app_pid, release);
                 std::process::exit(code);
             }
@@ -431,6 +446,11 @@ fn wrapped(
     let entries = plan.entries.len();
     let hold = plan.hold_entries > 0;
     let started = Instant::now();
+    // The application is not started yet; it will most likely start on this CPU.
+    let opts = PrefetchOptions {
+        avoid_cpu: (!a.share_cpu).then(sys::current_cpu).flatten(),
+        ..opts
+    };
     let (running, head) =
         Running::start_holding(Arc::new(plan), opts).context("starting the prefetch thread")?;
     let held_ms = if hold {
