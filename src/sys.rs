@@ -335,19 +335,19 @@ mod tests {
     }
 
     #[test]
-    fn cpu_of_stat_reads_field_39() {
+    fn stat_field_39_is_the_cpu() {
         // `cat /proc/self/stat` on this kernel; it ran on CPU 0.
         let real = "15055 (cat) R 15012 15012 1531 0 -1 4194304 97 0 0 0 0 0 0 0 20 0 1 0 1230664 \
             3133440 362 18446744073709551615 94563443097600 94563443117481 140721531774608 0 0 0 0 \
             0 0 0 0 0 17 0 0 0 0 0 0 94563443133488 94563443135104 94563736330240 \
             140721531775676 140721531775696 140721531775696 140721531777003 0";
-        assert_eq!(cpu_of_stat(real), Some(0));
+        assert_eq!(stat_field::<usize>(real, 39), Some(0));
         // The same on CPU 1, under a command name holding a space and a parenthesis.
         let odd = real
             .replace("(cat)", "(a b) c)")
             .replace(" 17 0 0 0", " 17 1 0 0");
-        assert_eq!(cpu_of_stat(&odd), Some(1));
-        assert_eq!(cpu_of_stat("garbage"), None);
+        assert_eq!(stat_field::<usize>(&odd, 39), Some(1));
+        assert_eq!(stat_field::<usize>("garbage", 39), None);
     }
 
     #[test]
@@ -451,36 +451,30 @@ mod tests {
     }
 }
 
-/// The parent of `pid`, from `/proc/<pid>/stat` (the command name may hold spaces and
-/// parentheses, so the fields are taken after the last `)`).
-pub fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    ppid_of_stat(&stat)
-}
-
-fn ppid_of_stat(stat: &str) -> Option<i32> {
+/// Field `n` of a `/proc/<pid>/stat` line, numbered from 1 as in proc(5) (`n` >= 3). The
+/// command name may hold spaces and parentheses, so fields are counted after the last `)`.
+fn stat_field<T: std::str::FromStr>(stat: &str, n: usize) -> Option<T> {
     stat.rsplit_once(')')?
         .1
         .split_whitespace()
-        .nth(1)?
+        .nth(n.checked_sub(3)?)?
         .parse()
         .ok()
+}
+
+fn proc_stat_field<T: std::str::FromStr>(pid: i32, n: usize) -> Option<T> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_field(&stat, n)
+}
+
+/// The parent of `pid` (field 4 of `/proc/<pid>/stat`).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    proc_stat_field(pid, 4)
 }
 
 /// The CPU `pid` last ran on (field 39 of `/proc/<pid>/stat`).
 pub fn last_cpu(pid: i32) -> Option<usize> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    cpu_of_stat(&stat)
-}
-
-fn cpu_of_stat(stat: &str) -> Option<usize> {
-    // Field 39 is the 37th after the command name's closing parenthesis.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(36)?
-        .parse()
-        .ok()
+    proc_stat_field(pid, 39)
 }
 
 /// The CPU the calling thread runs on now.
@@ -552,8 +546,8 @@ mod proc_tests {
 
     #[test]
     fn ppid_is_read_after_the_command_name() {
-        assert_eq!(ppid_of_stat("42 (a) b) c) S 7 42 42 0"), Some(7));
-        assert_eq!(ppid_of_stat("garbage"), None);
+        assert_eq!(stat_field::<i32>("42 (a) b) c) S 7 42 42 0", 4), Some(7));
+        assert_eq!(stat_field::<i32>("garbage", 4), None);
     }
 
     #[test]
