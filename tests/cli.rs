@@ -955,6 +955,7 @@ struct Daemon {
 impl Daemon {
     fn start(sb: &Sandbox, config: &Path) -> Daemon {
         let run_dir = sb.path().join("run");
+        let log = sb.path().join("daemon.log");
         let child = sb
             .ws()
             .args([
@@ -966,7 +967,7 @@ impl Daemon {
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         let d = Daemon { child, run_dir };
@@ -974,7 +975,8 @@ impl Daemon {
         while !d.status(sb)["daemon"]["running"].as_bool().unwrap_or(false) {
             assert!(
                 t0.elapsed() < Duration::from_secs(60),
-                "daemon did not start"
+                "daemon did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -1298,6 +1300,35 @@ fn daemon_under_load_reload_and_corrupt_plans() {
     let mut d = d;
     assert!(d.child.wait().unwrap().success());
     assert_kernel_clean(&before);
+}
+
+/// SIGTERM at any moment of a launch, learning or prefetching, leaves no tracefs instance:
+/// the daemon waits for its workers, including one still preparing the next trace.
+#[test]
+fn daemon_stopped_mid_launch_leaves_nothing() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(16, 64);
+    let config = sb.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("include = [\"{SYNTH}\"]\nn_rawseq = 2\nn_chk = 1\nmin_launch_kb = 16\nt_idle_secs = 1.0\n"),
+    )
+    .unwrap();
+    let before = readahead_blks();
+    for delay_ms in [0u64, 2, 5, 10, 20, 40, 80, 0, 2, 5, 10, 20] {
+        let mut d = Daemon::start(&sb, &config);
+        let mut child = Command::new(SYNTH)
+            .args(&synth_launch(&app)[1..])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        d.signal(nix::sys::signal::Signal::SIGTERM);
+        assert!(d.child.wait().unwrap().success(), "delay {delay_ms} ms");
+        assert!(child.wait().unwrap().success(), "delay {delay_ms} ms");
+        assert_kernel_clean(&before);
+    }
 }
 
 #[test]

@@ -14,7 +14,7 @@ pub mod procconn;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,9 @@ struct Shared {
     prepared: Mutex<Option<crate::trace::session::Prepared>>,
     queueing: bool,
     stop: AtomicBool,
+    /// Worker threads not yet ended; shutdown waits for them, since any may hold (or be
+    /// creating) a tracefs instance.
+    workers: AtomicUsize,
     /// Exec-to-first-prefetch-request latencies, µs.
     latencies: Mutex<Vec<f64>>,
     /// Held across every read-modify-write of an app's lifecycle, so concurrent launches
@@ -294,15 +297,34 @@ fn handle(sh: &Arc<Shared>, pid: i32, name: &str, f: impl FnOnce(&Arc<Shared>) +
     if let Ok(mut a) = sh.active.lock() {
         a.insert(pid);
     }
-    let sh2 = sh.clone();
-    let spawned = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || f(&sh2));
-    if spawned.is_err() {
+    if !spawn_worker(sh, name, f) {
         if let Ok(mut a) = sh.active.lock() {
             a.remove(&pid);
         }
     }
+}
+
+/// Counts one worker thread, from before it is spawned until it ends (or fails to start).
+struct Worker(Arc<Shared>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.0.workers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Run `f` on a counted thread; false when the thread could not start.
+fn spawn_worker(
+    sh: &Arc<Shared>,
+    name: &str,
+    f: impl FnOnce(&Arc<Shared>) + Send + 'static,
+) -> bool {
+    sh.workers.fetch_add(1, Ordering::SeqCst);
+    let w = Worker(sh.clone());
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || f(&w.0))
+        .is_ok()
 }
 
 /// The exec monitor: fanotify `FAN_OPEN_EXEC` on every block-backed filesystem. The open of
@@ -400,7 +422,7 @@ fn prefetch_launch(
         r.ok()
     } else {
         if let Ok(fd) = sys::pidfd_open(pid) {
-            while !running.is_finished() {
+            while !running.is_finished() && !sh.stop.load(Ordering::SeqCst) {
                 let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
                 if matches!(poll(&mut fds, PollTimeout::from(20u16)), Ok(n) if n > 0) {
                     break;
@@ -580,8 +602,7 @@ fn attach(
         None => crate::trace::session::Prepared::new(&sh.tfs, &tc)?,
     };
     let attached = prepared.attach(pid);
-    let sh2 = sh.clone();
-    std::thread::spawn(move || prepare_next(&sh2, &tc));
+    spawn_worker(sh, "warmstart-prepare", move |sh| prepare_next(sh, &tc));
     attached
 }
 
@@ -812,6 +833,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         prepared: Mutex::new(None),
         queueing: facts.queueing(),
         stop: AtomicBool::new(false),
+        workers: AtomicUsize::new(0),
         latencies: Mutex::new(Vec::new()),
         lc_lock: Mutex::new(()),
         early: Mutex::new(HashMap::new()),
@@ -899,10 +921,11 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
             {
                 tracing::info!("stopping");
                 sh.stop.store(true, Ordering::SeqCst);
-                // Let running traces see the flag and remove their instances.
+                // Let every worker see the flag and remove its instances: a trace being
+                // followed, or a setup still being made for the next launch.
                 let t0 = Instant::now();
-                while sh.tracing.lock().map(|t| !t.is_empty()).unwrap_or(false)
-                    && t0.elapsed() < Duration::from_secs(5)
+                while sh.workers.load(Ordering::SeqCst) > 0
+                    && t0.elapsed() < Duration::from_secs(10)
                 {
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -910,6 +933,11 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
                 // The prepared setup's instance is removed when it drops.
                 if let Ok(mut p) = sh.prepared.lock() {
                     p.take();
+                }
+                // Whatever a worker that did not end in time still held.
+                let left = sh.tfs.remove_own_instances();
+                if left > 0 {
+                    tracing::warn!("removed {left} tracefs instance(s) a worker still held");
                 }
                 return Ok(());
             }

@@ -86,8 +86,8 @@ impl Tracefs {
         Ok(inst)
     }
 
-    /// Instances left by warmstart processes that no longer run (killed with SIGKILL, say).
-    pub fn stale_instances(&self) -> Vec<PathBuf> {
+    /// warmstart instances whose creator's pid satisfies `keep`.
+    fn instances_of(&self, keep: impl Fn(u32) -> bool) -> Vec<PathBuf> {
         let Ok(rd) = fs::read_dir(self.root.join("instances")) else {
             return Vec::new();
         };
@@ -100,29 +100,42 @@ impl Tracefs {
                     .next()?
                     .parse()
                     .ok()?;
-                let alive = Path::new(&format!("/proc/{pid}")).exists();
-                (!alive).then(|| e.path())
+                keep(pid).then(|| e.path())
             })
             .collect()
     }
 
+    /// Instances left by warmstart processes that no longer run (killed with SIGKILL, say).
+    pub fn stale_instances(&self) -> Vec<PathBuf> {
+        self.instances_of(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    }
+
     /// Remove instances of dead warmstart processes; returns how many were removed.
     pub fn remove_stale_instances(&self) -> usize {
-        let mut n = 0;
-        for dir in self.stale_instances() {
-            match fs::remove_dir(&dir) {
-                Ok(()) => {
-                    tracing::warn!(
-                        "removed tracefs instance {} left by a warmstart process that died",
-                        dir.display()
-                    );
-                    n += 1;
-                }
-                Err(e) => tracing::warn!("could not remove stale {}: {e}", dir.display()),
-            }
+        let n = remove_all(&self.stale_instances());
+        if n > 0 {
+            tracing::warn!("removed {n} tracefs instance(s) left by warmstart processes that died");
         }
         n
     }
+
+    /// Remove this process's own instances: the last step of a shutdown, for any a worker
+    /// thread still held when it was told to stop. Returns how many were removed.
+    pub fn remove_own_instances(&self) -> usize {
+        let me = std::process::id();
+        remove_all(&self.instances_of(|pid| pid == me))
+    }
+}
+
+fn remove_all(dirs: &[PathBuf]) -> usize {
+    let mut n = 0;
+    for dir in dirs {
+        match fs::remove_dir(dir) {
+            Ok(()) => n += 1,
+            Err(e) => tracing::warn!("could not remove tracefs instance {}: {e}", dir.display()),
+        }
+    }
+    n
 }
 
 /// Read a tracefs file whole. Some (events/header_page) answer only the first read() of an
@@ -382,5 +395,22 @@ mod tests {
         let mut left = warmstart_instances(dir.path());
         left.sort();
         assert_eq!(left, vec!["warmstart-1-a".to_string()]);
+    }
+
+    #[test]
+    fn own_instances_are_removed_and_no_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let inst = dir.path().join("instances");
+        fs::create_dir_all(&inst).unwrap();
+        let mine = format!("warmstart-{}-launch", std::process::id());
+        fs::create_dir(inst.join(&mine)).unwrap();
+        fs::create_dir(inst.join("warmstart-1-a")).unwrap();
+        fs::create_dir(inst.join("someone-else")).unwrap();
+        let t = Tracefs::at(dir.path());
+        assert_eq!(t.remove_own_instances(), 1);
+        assert!(!inst.join(&mine).exists());
+        assert!(inst.join("warmstart-1-a").exists());
+        assert!(inst.join("someone-else").exists());
+        assert_eq!(t.remove_own_instances(), 0);
     }
 }
