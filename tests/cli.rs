@@ -1325,7 +1325,12 @@ fn daemon_stopped_mid_launch_leaves_nothing() {
             .unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
         d.signal(nix::sys::signal::Signal::SIGTERM);
-        assert!(d.child.wait().unwrap().success(), "delay {delay_ms} ms");
+        let st = d.child.wait().unwrap();
+        assert!(
+            st.success(),
+            "delay {delay_ms} ms: daemon {st}: {}",
+            std::fs::read_to_string(sb.path().join("daemon.log")).unwrap_or_default()
+        );
         assert!(child.wait().unwrap().success(), "delay {delay_ms} ms");
         assert_kernel_clean(&before);
     }

@@ -811,6 +811,25 @@ impl PidFile {
 /// Run the daemon until SIGTERM/SIGINT. SIGHUP reloads the configuration and the plans.
 pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     let cfg = Config::load(&opts.config_path)?;
+    // Signals arrive on a pipe, so the loop sleeps in poll() and uses no CPU when idle.
+    // Caught from the start: a SIGTERM while starting up (before any tracefs instance
+    // exists, or while one is prepared) is handled by the loop, never the default action.
+    let (sig_r, sig_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(|e| DaemonError::Io(e.to_string()))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
+            .map_err(|e| DaemonError::Io(e.to_string()))?;
+    let pending = Arc::new(Mutex::new(Vec::<i32>::new()));
+    let p2 = pending.clone();
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if let Ok(mut p) = p2.lock() {
+                p.push(sig);
+            }
+            let _ = nix::unistd::write(&sig_w, &[1u8]);
+        }
+    });
     let _pid = PidFile::take(&opts.run_dir)?;
     let tfs = Tracefs::open()?;
     {
@@ -845,23 +864,6 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     let pc = ProcConnector::open()
         .map_err(|e| DaemonError::Io(format!("process-events connector: {e} (needs root)")))?;
     let fan = exec_monitor();
-    // Signals arrive on a pipe, so the loop sleeps in poll() and uses no CPU when idle.
-    let (sig_r, sig_w) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(|e| DaemonError::Io(e.to_string()))?;
-    let mut signals =
-        signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])
-            .map_err(|e| DaemonError::Io(e.to_string()))?;
-    let pending = Arc::new(Mutex::new(Vec::<i32>::new()));
-    let p2 = pending.clone();
-    std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if let Ok(mut p) = p2.lock() {
-                p.push(sig);
-            }
-            let _ = nix::unistd::write(&sig_w, &[1u8]);
-        }
-    });
     tracing::info!(
         "warmstart daemon running (pid {}); {} apps with plans; device {}",
         std::process::id(),
