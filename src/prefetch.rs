@@ -151,10 +151,14 @@ fn readahead_chunk(dev: Dev) -> u64 {
     ra.max(io).max(128 * 1024)
 }
 
-/// Start reading the executable a launch is about to exec. A cold exec faults the binary in
-/// through one mmap read-around of the readahead window, so this asks for the same bytes, only
-/// earlier: while the prefetcher is forked and starts its first requests. Best effort, never
-/// an error.
+/// Start reading the executable a launch is about to exec, while the prefetcher is forked and
+/// starts its first requests. Best effort, never an error.
+///
+/// Asked for as one request, the binary (python3: 6.8 MB) arrived as two device requests of up
+/// to 4 MB, and exec itself waited ~7 ms for the second: `elf_load` zeroes the bss tail of the
+/// last file page of the data segment, at the end of the file. So the pages exec touches go
+/// first, as single pages, then the whole file. (Asking for the file in 512 KiB pieces, so
+/// the first arrive early, measured no better.)
 pub fn warm_executable(path: &Path) {
     // The path may name a symlink (/usr/bin/python3); the file is what exec will map.
     let Ok(real) = std::fs::canonicalize(path) else {
@@ -167,8 +171,49 @@ pub fn warm_executable(path: &Path) {
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return;
     }
-    let len = (st.st_size as u64).min(readahead_chunk(Dev::from_user(st.st_dev)));
+    let size = st.st_size as u64;
+    // The header page: exec reads it first, and it says where the rest is.
+    let mut head = vec![0u8; EXE_HEAD];
+    let n = nix::sys::uio::pread(fd.as_fd(), &mut head, 0).unwrap_or(0);
+    for (offset, len) in exec_touches(&head[..n]) {
+        let _ = sys::readahead(fd.as_fd(), offset, len);
+    }
+    let len = size.min(readahead_chunk(Dev::from_user(st.st_dev)));
     let _ = sys::readahead(fd.as_fd(), 0, len);
+}
+
+/// What `warm_executable` reads synchronously to find the program headers.
+const EXE_HEAD: usize = 4096;
+
+/// Pages of a 64-bit ELF executable that exec touches beyond its header, from the program
+/// headers in `head` (its first bytes): for each loadable segment with a bss, the page holding
+/// the end of its file part, which the kernel zeroes from there on. Anything that is not such
+/// an ELF file gives nothing.
+fn exec_touches(head: &[u8]) -> Vec<(u64, u64)> {
+    use object::elf::{FileHeader64, PT_LOAD};
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let Ok(h) = FileHeader64::<object::Endianness>::parse(head) else {
+        return Vec::new();
+    };
+    let Ok(endian) = h.endian() else {
+        return Vec::new();
+    };
+    let Ok(phdrs) = h.program_headers(endian, head) else {
+        return Vec::new();
+    };
+    let page = EXE_HEAD as u64;
+    phdrs
+        .iter()
+        .filter(|p| {
+            p.p_type(endian) == PT_LOAD
+                && p.p_filesz(endian) > 0
+                && p.p_memsz(endian) > p.p_filesz(endian)
+        })
+        .map(|p| {
+            let end = p.p_offset(endian).saturating_add(p.p_filesz(endian));
+            ((end - 1) / page * page, page)
+        })
+        .collect()
 }
 
 fn open_flags() -> OFlag {
@@ -1000,6 +1045,23 @@ mod tests {
         unbounded.issued(fd, 8192, 8192);
         unbounded.make_room(1 << 30);
         assert_eq!((unbounded.bytes, unbounded.pending.len()), (0, 0));
+    }
+
+    #[test]
+    fn exec_touches_the_bss_page_of_this_test_binary() {
+        // This test's own executable: every Rust binary has a data segment with a bss.
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let t = exec_touches(&exe[..EXE_HEAD.min(exe.len())]);
+        assert!(!t.is_empty(), "no bss page found");
+        for &(off, len) in &t {
+            assert_eq!(off % 4096, 0);
+            assert_eq!(len, 4096);
+            assert!(off < exe.len() as u64, "{off} beyond the file");
+        }
+        // Not ELF, truncated ELF, empty: nothing, and no panic.
+        assert!(exec_touches(b"#!/bin/sh\necho hi\n").is_empty());
+        assert!(exec_touches(&exe[..40]).is_empty());
+        assert!(exec_touches(&[]).is_empty());
     }
 
     #[test]
