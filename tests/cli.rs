@@ -947,6 +947,26 @@ fn dynamic_scheduling_raises_paralfetch_after_waiting_launches() {
 // ---------------------------------------------------------------------------------------
 // Automatic mode.
 
+/// Write the sandbox's daemon configuration (learn from 2 launches, 1 s idle) and return its
+/// path.
+fn daemon_config(sb: &Sandbox, include: &[&Path], n_chk: u32, min_launch_kb: u32) -> PathBuf {
+    let config = sb.path().join("config.toml");
+    let include: Vec<String> = include
+        .iter()
+        .map(|e| format!("\"{}\"", e.display()))
+        .collect();
+    std::fs::write(
+        &config,
+        format!(
+            "include = [{}]\nn_rawseq = 2\nn_chk = {n_chk}\nmin_launch_kb = {min_launch_kb}\n\
+             t_idle_secs = 1.0\n",
+            include.join(", ")
+        ),
+    )
+    .unwrap();
+    config
+}
+
 struct Daemon {
     child: std::process::Child,
     run_dir: PathBuf,
@@ -1036,12 +1056,7 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     };
     drop_caches();
     let cold_faults = launch()["major_faults"].as_u64().unwrap();
-    let config = sb.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!("include = [\"{SYNTH}\"]\nn_rawseq = 2\nn_chk = 2\nmin_launch_kb = 64\nt_idle_secs = 1.0\n"),
-    )
-    .unwrap();
+    let config = daemon_config(&sb, &[Path::new(SYNTH)], 2, 64);
     let before = readahead_blks();
     let mut d = Daemon::start(&sb, &config);
     // Ordinary launches, not through warmstart: learning, then prefetching.
@@ -1159,22 +1174,11 @@ fn daemon_under_load_reload_and_corrupt_plans() {
         ]));
         assert!(o.status.success(), "app {i}: {}", text(&o));
     };
-    let config = sb.path().join("config.toml");
     let write_config = |n: usize| {
-        let include: Vec<String> = exes[..n]
-            .iter()
-            .map(|e| format!("\"{}\"", e.display()))
-            .collect();
-        std::fs::write(
-            &config,
-            format!(
-                "include = [{}]\nn_rawseq = 2\nn_chk = 1000\nmin_launch_kb = 64\nt_idle_secs = 1.0\n",
-                include.join(", ")
-            ),
-        )
-        .unwrap();
+        let include: Vec<&Path> = exes[..n].iter().map(PathBuf::as_path).collect();
+        daemon_config(&sb, &include, 1000, 64)
     };
-    write_config(2);
+    let config = write_config(2);
     let before = readahead_blks();
     let d = Daemon::start(&sb, &config);
     let phase = |i: usize| daemon_app(&d.status(&sb), &exes[i])["phase"].clone();
@@ -1309,12 +1313,7 @@ fn daemon_stopped_mid_launch_leaves_nothing() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
     let app = sb.workload(16, 64);
-    let config = sb.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!("include = [\"{SYNTH}\"]\nn_rawseq = 2\nn_chk = 1\nmin_launch_kb = 16\nt_idle_secs = 1.0\n"),
-    )
-    .unwrap();
+    let config = daemon_config(&sb, &[Path::new(SYNTH)], 1, 16);
     let before = readahead_blks();
     for delay_ms in [0u64, 2, 5, 10, 20, 40, 80, 0, 2, 5, 10, 20] {
         let mut d = Daemon::start(&sb, &config);
