@@ -432,10 +432,17 @@ impl Ctx<'_> {
 
     fn env(&self, app: &AppSpec) -> Vec<(String, String)> {
         let w = self.work(app);
-        app.env
+        let mut env: Vec<(String, String)> = app
+            .env
             .iter()
             .map(|(k, v)| (k.clone(), expand(v, &w, &self.venv)))
-            .collect()
+            .collect();
+        // Temporary files stay in the app's work directory, not in the system's /tmp (soffice
+        // leaves one behind at every launch the bench ends).
+        if !env.iter().any(|(k, _)| k == "TMPDIR") {
+            env.push(("TMPDIR".into(), tmp_dir(&w).display().to_string()));
+        }
+        env
     }
 
     fn ready(&self, app: &AppSpec) -> Ready {
@@ -475,10 +482,17 @@ impl Ctx<'_> {
     }
 }
 
+/// The TMPDIR of an app's launches, emptied when the app is set up.
+fn tmp_dir(work: &Path) -> PathBuf {
+    work.join("tmp")
+}
+
 fn setup_app(ctx: &Ctx<'_>, app: &AppSpec) -> Result<(), BenchError> {
     let work = ctx.work(app);
-    std::fs::create_dir_all(&work)
-        .map_err(|e| BenchError::Setup(format!("{}: {e}", work.display())))?;
+    let tmp = tmp_dir(&work);
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", tmp.display())))?;
     for line in &app.setup {
         let line = expand(line, &work, &ctx.venv);
         let st = Command::new("sh")
@@ -1087,6 +1101,37 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn apps_get_a_tmpdir_in_their_work_directory_unless_they_set_one() {
+        let opts = BenchOptions {
+            apps: vec![],
+            rounds: 1,
+            scenarios: vec![],
+            state_dir: "/st".into(),
+            warmstart_exe: "/ws".into(),
+            together: vec![],
+            learn_runs: 1,
+        };
+        let stop = AtomicUsize::new(0);
+        let ctx = Ctx {
+            opts: &opts,
+            db: "/st/db".into(),
+            venv: "/st/venv".into(),
+            display: None,
+            interrupt: &stop,
+        };
+        let mut app = AppSpec::adhoc(vec!["true".into()]);
+        assert_eq!(
+            ctx.env(&app),
+            vec![("TMPDIR".to_string(), "/st/work/adhoc/tmp".to_string())]
+        );
+        app.env.insert("TMPDIR".into(), "/elsewhere".into());
+        assert_eq!(
+            ctx.env(&app),
+            vec![("TMPDIR".to_string(), "/elsewhere".to_string())]
+        );
+    }
 
     #[test]
     fn scenario_names_round_trip() {
