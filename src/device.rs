@@ -51,8 +51,40 @@ impl DiskTimer for Model {
 
 const PROBE_MB: u64 = 128;
 
+/// Measurements taken; the best of each figure is kept.
+const PROBE_RUNS: usize = 3;
+
 /// Measure the device holding `dir` with O_DIRECT reads of a scratch file kept in `dir`.
+///
+/// Other I/O only ever slows a probe down, so it is taken `PROBE_RUNS` times, after a `sync`,
+/// and the best of each figure kept. Measured once right after a build (its writeback still
+/// going), a single probe saw 146 µs at depth 1 and 1.3x at depth 32 on a device that gives
+/// 35 µs and 2.6x, and called it non-queueing.
 pub fn measure(dir: &Path) -> std::io::Result<DeviceFacts> {
+    let runs = (0..PROBE_RUNS)
+        .map(|i| {
+            if i == 0 {
+                nix::unistd::sync();
+            }
+            measure_once(dir)
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    Ok(best_of(&runs))
+}
+
+/// The best of each figure over several probes.
+fn best_of(runs: &[DeviceFacts]) -> DeviceFacts {
+    let best = |f: fn(&DeviceFacts) -> f64| runs.iter().map(f).fold(0.0, f64::max);
+    let iops_qd1 = best(|f| f.iops_qd1);
+    DeviceFacts {
+        qd1_latency_us: if iops_qd1 > 0.0 { 1e6 / iops_qd1 } else { 0.0 },
+        iops_qd1,
+        iops_qd32: best(|f| f.iops_qd32),
+        seq_mib_s: best(|f| f.seq_mib_s),
+    }
+}
+
+fn measure_once(dir: &Path) -> std::io::Result<DeviceFacts> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("device-probe");
     let size = PROBE_MB * 1024 * 1024;
@@ -132,6 +164,28 @@ pub fn measure(dir: &Path) -> std::io::Result<DeviceFacts> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn best_of_keeps_the_best_of_each_figure() {
+        let f = |lat: f64, qd32: f64, seq: f64| DeviceFacts {
+            qd1_latency_us: lat,
+            iops_qd1: 1e6 / lat,
+            iops_qd32: qd32,
+            seq_mib_s: seq,
+        };
+        // A probe slowed by other I/O, then two clean ones that differ.
+        let b = best_of(&[
+            f(146.0, 9_000.0, 292.0),
+            f(35.0, 70_000.0, 850.0),
+            f(40.0, 74_000.0, 860.0),
+        ]);
+        assert!((b.qd1_latency_us - 35.0).abs() < 1e-9);
+        assert!((b.iops_qd1 - 1e6 / 35.0).abs() < 1e-6);
+        assert_eq!(b.iops_qd32, 74_000.0);
+        assert_eq!(b.seq_mib_s, 860.0);
+        assert!(b.queueing());
+        assert!(!f(146.0, 9_000.0, 292.0).queueing());
+    }
     use crate::plan::Entry;
 
     fn facts(q1: f64, q32: f64) -> DeviceFacts {
