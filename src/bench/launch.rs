@@ -347,9 +347,28 @@ impl Xvfb {
 }
 
 impl Drop for Xvfb {
+    /// SIGTERM lets the server remove its lock file and socket. Killed outright it left both
+    /// behind, and with them one display number fewer at every run, until none of :90..:139
+    /// was free; whatever a server that had to be killed still left is removed here.
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !matches!(self.child.try_wait(), Ok(Some(_))) {
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let n = self.display.trim_start_matches(':');
+        let lock = format!("/tmp/.X{n}-lock");
+        // The lock file holds its server's pid: only ours is removed.
+        if std::fs::read_to_string(&lock).is_ok_and(|s| s.trim() == pid.to_string()) {
+            let _ = std::fs::remove_file(&lock);
+            let _ = std::fs::remove_file(format!("/tmp/.X11-unix/X{n}"));
+        }
     }
 }
 
@@ -372,6 +391,21 @@ mod tests {
             &AtomicUsize::new(0),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn xvfb_leaves_no_lock_file_or_socket() {
+        if crate::launch::resolve_command(std::ffi::OsStr::new("Xvfb")).is_err() {
+            return crate::testutil::skip("Xvfb is not installed (package xvfb)");
+        }
+        let x = Xvfb::start().unwrap();
+        let n = x.display.trim_start_matches(':').to_string();
+        let lock = format!("/tmp/.X{n}-lock");
+        let socket = format!("/tmp/.X11-unix/X{n}");
+        assert!(Path::new(&lock).exists(), "{lock}");
+        drop(x);
+        assert!(!Path::new(&lock).exists(), "{lock} left behind");
+        assert!(!Path::new(&socket).exists(), "{socket} left behind");
     }
 
     #[test]
