@@ -61,13 +61,9 @@ const PROBE_RUNS: usize = 3;
 /// going), a single probe saw 146 µs at depth 1 and 1.3x at depth 32 on a device that gives
 /// 35 µs and 2.6x, and called it non-queueing.
 pub fn measure(dir: &Path) -> std::io::Result<DeviceFacts> {
+    nix::unistd::sync();
     let runs = (0..PROBE_RUNS)
-        .map(|i| {
-            if i == 0 {
-                nix::unistd::sync();
-            }
-            measure_once(dir)
-        })
+        .map(|_| measure_once(dir))
         .collect::<std::io::Result<Vec<_>>>()?;
     Ok(best_of(&runs))
 }
