@@ -1,12 +1,22 @@
 //! The binary container for everything stored as a blob (plans, raw runs): a 16-byte header
 //! (magic, format version, flags, payload length, CRC32C of the payload) around a postcard
-//! payload. Decoding checks each part in turn and returns an error, never panics, whatever
-//! the input.
+//! payload, deflated when that is smaller (flag `DEFLATE`: the payload is then the postcard
+//! length as u32 LE, then the deflate stream). Decoding checks each part in turn and returns
+//! an error, never panics, whatever the input.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 pub const HEADER_LEN: usize = 16;
+
+/// Header flag: the payload is deflated. A plan's paths share long prefixes: a 85 KB plan
+/// deflates to 22 KB, and every 4 KiB database page less is one synchronous read less on the
+/// launch's critical path (the launcher reads the plan from a cold cache before the app runs).
+const DEFLATE: u16 = 1;
+
+/// Most bytes a deflated payload may inflate to (a corrupt length must not allocate without
+/// bound).
+const MAX_INFLATED: u32 = 1 << 30;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CodecError {
@@ -33,13 +43,25 @@ pub fn encode<T: Serialize>(
     version: u16,
     value: &T,
 ) -> Result<Vec<u8>, CodecError> {
-    let payload = postcard::to_allocvec(value).map_err(|e| CodecError::Payload(e.to_string()))?;
-    let len = u32::try_from(payload.len())
-        .map_err(|_| CodecError::Invalid("payload larger than 4 GiB".into()))?;
+    let raw = postcard::to_allocvec(value).map_err(|e| CodecError::Payload(e.to_string()))?;
+    let raw_len = u32::try_from(raw.len())
+        .ok()
+        .filter(|&l| l <= MAX_INFLATED)
+        .ok_or_else(|| CodecError::Invalid("payload larger than 1 GiB".into()))?;
+    let deflated = miniz_oxide::deflate::compress_to_vec(&raw, 6);
+    let (flags, payload) = if deflated.len() + 4 < raw.len() {
+        let mut p = Vec::with_capacity(4 + deflated.len());
+        p.extend_from_slice(&raw_len.to_le_bytes());
+        p.extend_from_slice(&deflated);
+        (DEFLATE, p)
+    } else {
+        (0, raw)
+    };
+    let len = payload.len() as u32;
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(&magic);
     out.extend_from_slice(&version.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
     out.extend_from_slice(&payload);
@@ -70,6 +92,10 @@ pub fn decode<T: DeserializeOwned>(
             supported: version,
         });
     }
+    let flags = le16(6);
+    if flags & !DEFLATE != 0 {
+        return Err(CodecError::Invalid(format!("unknown flags {flags:#06x}")));
+    }
     let declared = le32(8);
     let payload = &bytes[HEADER_LEN..];
     if declared as usize != payload.len() {
@@ -83,6 +109,29 @@ pub fn decode<T: DeserializeOwned>(
     if stored != computed {
         return Err(CodecError::Checksum { stored, computed });
     }
+    let inflated;
+    let payload = if flags & DEFLATE != 0 {
+        let (len, stream) = payload
+            .split_first_chunk::<4>()
+            .ok_or_else(|| CodecError::Payload("deflated payload without its length".into()))?;
+        let want = u32::from_le_bytes(*len);
+        if want > MAX_INFLATED {
+            return Err(CodecError::Invalid(format!(
+                "inflated length {want} too large"
+            )));
+        }
+        inflated = miniz_oxide::inflate::decompress_to_vec_with_limit(stream, want as usize)
+            .map_err(|e| CodecError::Payload(format!("does not inflate: {e}")))?;
+        if inflated.len() != want as usize {
+            return Err(CodecError::Length {
+                declared: want,
+                actual: inflated.len(),
+            });
+        }
+        &inflated[..]
+    } else {
+        payload
+    };
     let (value, rest) =
         postcard::take_from_bytes(payload).map_err(|e| CodecError::Payload(e.to_string()))?;
     if !rest.is_empty() {
@@ -169,6 +218,80 @@ mod tests {
     fn round_trip_including_non_utf8_paths() {
         let bytes = encode(M, 3, &sample()).unwrap();
         assert_eq!(decode::<T>(M, 3, &bytes).unwrap(), sample());
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Paths(Vec<String>);
+
+    fn paths() -> Paths {
+        Paths(
+            (0..500)
+                .map(|i| format!("/usr/lib/python3.11/encodings/__pycache__/cp{i}.cpython-311.pyc"))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn compressible_payloads_are_deflated_and_round_trip() {
+        let p = paths();
+        let bytes = encode(M, 3, &p).unwrap();
+        let raw = postcard::to_allocvec(&p).unwrap();
+        assert_eq!(u16::from_le_bytes([bytes[6], bytes[7]]), DEFLATE);
+        assert!(
+            bytes.len() * 4 < raw.len(),
+            "{} of {}",
+            bytes.len(),
+            raw.len()
+        );
+        assert_eq!(decode::<Paths>(M, 3, &bytes).unwrap(), p);
+        // Blobs written before deflate (flags 0, plain postcard) still decode.
+        let mut plain = bytes[..HEADER_LEN].to_vec();
+        plain[6..8].copy_from_slice(&0u16.to_le_bytes());
+        plain[8..12].copy_from_slice(&(raw.len() as u32).to_le_bytes());
+        plain[12..16].copy_from_slice(&crc32c::crc32c(&raw).to_le_bytes());
+        plain.extend_from_slice(&raw);
+        assert_eq!(decode::<Paths>(M, 3, &plain).unwrap(), p);
+    }
+
+    /// Re-frame `payload` with a valid header, so only the inner checks can fail.
+    fn framed(flags: u16, payload: &[u8]) -> Vec<u8> {
+        let mut out = M.to_vec();
+        out.extend_from_slice(&3u16.to_le_bytes());
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn malformed_deflated_payloads_are_errors() {
+        let bytes = encode(M, 3, &paths()).unwrap();
+        let inner = &bytes[HEADER_LEN..];
+        // Unknown flag bits.
+        assert!(matches!(
+            decode::<Paths>(M, 3, &framed(DEFLATE | 4, inner)),
+            Err(CodecError::Invalid(_))
+        ));
+        // No room for the length, a stream cut short, garbage, a wrong or huge length.
+        assert!(decode::<Paths>(M, 3, &framed(DEFLATE, &inner[..3])).is_err());
+        assert!(decode::<Paths>(M, 3, &framed(DEFLATE, &inner[..inner.len() / 2])).is_err());
+        assert!(decode::<Paths>(M, 3, &framed(DEFLATE, &[9, 0, 0, 0, 1, 2, 3])).is_err());
+        let mut short = inner.to_vec();
+        short[..4].copy_from_slice(&10u32.to_le_bytes());
+        assert!(decode::<Paths>(M, 3, &framed(DEFLATE, &short)).is_err());
+        let mut long = inner.to_vec();
+        let want = u32::from_le_bytes([long[0], long[1], long[2], long[3]]);
+        long[..4].copy_from_slice(&(want + 1).to_le_bytes());
+        assert!(matches!(
+            decode::<Paths>(M, 3, &framed(DEFLATE, &long)),
+            Err(CodecError::Length { .. })
+        ));
+        long[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode::<Paths>(M, 3, &framed(DEFLATE, &long)),
+            Err(CodecError::Invalid(_))
+        ));
     }
 
     #[test]
