@@ -68,6 +68,10 @@ pub struct AppRow {
     pub enabled: bool,
 }
 
+/// Launches kept per app: `auto` reads the last 200, and a daemon launching an app many times
+/// a day for years must not grow the database without bound (each is ~220 bytes).
+pub const LAUNCHES_KEPT: usize = 1000;
+
 /// One line of `plan list`.
 #[derive(Clone, Debug, Serialize)]
 pub struct AppListRow {
@@ -686,15 +690,37 @@ impl Store {
         Ok(())
     }
 
+    /// Append a launch to the app's history, which keeps the most recent `LAUNCHES_KEPT`.
     pub fn add_launch(&mut self, app_id: i64, l: &LaunchRecord) -> Result<(), StoreError> {
+        self.add_launch_keeping(app_id, l, LAUNCHES_KEPT)
+    }
+
+    fn add_launch_keeping(
+        &mut self,
+        app_id: i64,
+        l: &LaunchRecord,
+        keep: usize,
+    ) -> Result<(), StoreError> {
         let data = serde_json::to_string(l).unwrap_or_else(|_| "{}".into());
-        self.conn
-            .execute(
-                "INSERT INTO launches(app_id, at, mode, data) VALUES(?1, ?2, ?3, ?4)",
-                params![app_id, l.at_unix, l.mode, data],
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute(
+            "INSERT INTO launches(app_id, at, mode, data) VALUES(?1, ?2, ?3, ?4)",
+            params![app_id, l.at_unix, l.mode, data],
+        )
+        .and_then(|_| {
+            tx.execute(
+                "DELETE FROM launches WHERE app_id = ?1 AND id <= (SELECT id FROM launches
+                 WHERE app_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                params![app_id, keep as i64],
             )
-            .map_err(|e| self.sql(e))?;
-        Ok(())
+        })
+        .and_then(|_| tx.commit())
+        .map_err(sql)
     }
 
     /// Most recent launches first.
@@ -872,6 +898,31 @@ mod tests {
         assert!(s.list().unwrap().is_empty());
         assert!(s.runs(id).unwrap().is_empty());
         assert!(s.launches(id, 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn launch_history_keeps_the_most_recent_of_each_app() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let a = s.upsert_app(&key("a")).unwrap();
+        let b = s.upsert_app(&key("b")).unwrap();
+        let at = |i: i64| LaunchRecord {
+            at_unix: i,
+            ..LaunchRecord::default()
+        };
+        s.add_launch_keeping(b, &at(-1), 5).unwrap();
+        for i in 0..12 {
+            s.add_launch_keeping(a, &at(i), 5).unwrap();
+        }
+        let kept: Vec<i64> = s
+            .launches(a, 100)
+            .unwrap()
+            .iter()
+            .map(|l| l.at_unix)
+            .collect();
+        assert_eq!(kept, vec![11, 10, 9, 8, 7]);
+        // Another app's history is not touched.
+        assert_eq!(s.launches(b, 100).unwrap(), vec![at(-1)]);
     }
 }
 
