@@ -5,7 +5,8 @@
 
 A VARIANT is NAME=ARGS: ARGS (comma-separated) are added to `warmstart run`, e.g.
 `nowin=--window-kb=0`; ARGS that start with @PATH run the warmstart binary at PATH instead
-(e.g. `old=@/tmp/warmstart-old` to compare two builds). Two names are special: `cold` runs CMD bare after dropping the page
+(e.g. `old=@/tmp/warmstart-old` to compare two builds), and ARGS of the form +NAME=VALUE set
+an environment variable for that variant only. Two names are special: `cold` runs CMD bare after dropping the page
 cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first.
 The order of the variants alternates from round to round.
 
@@ -36,12 +37,17 @@ for r in range(rounds):
         if name != "warm":
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("3")
+        env = dict(os.environ)
+        for a in [a for a in args if a.startswith("+")]:
+            k, _, val = a[1:].partition("=")
+            env[k] = val
+        args = [a for a in args if not a.startswith("+")]
         exe = ws
         if args and args[0].startswith("@"):
             exe, args = args[0][1:], args[1:]
         argv = cmd if name in ("warm", "cold") else [exe, "-q", "run", *args, "--", *cmd]
         t = time.perf_counter()
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         _, status, ru = os.wait4(p.pid, 0)
         ms = (time.perf_counter() - t) * 1e3
         if status != 0:
