@@ -9,7 +9,7 @@ use serde::Serialize;
 
 pub const HEADER_LEN: usize = 16;
 
-/// Header flag: the payload is deflated. A plan's paths share long prefixes: a 85 KB plan
+/// Header flag: the payload is deflated. A plan's paths share long prefixes: an 85 KB plan
 /// deflates to 22 KB, and every 4 KiB database page less is one synchronous read less on the
 /// launch's critical path (the launcher reads the plan from a cold cache before the app runs).
 const DEFLATE: u16 = 1;
