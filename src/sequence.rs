@@ -129,47 +129,76 @@ impl RawRun {
 /// not the file); resolution clips to the real size later.
 const MAX_RANGE_PAGES: u64 = 1 << 18;
 
+/// Pages read from disk but first used this much later are placed at their use, not at their
+/// read: the kernel's read-around brings megabytes of a binary in at its first fault (8 MB
+/// windows here), and replaying all of it first queues the launch's early metadata and small
+/// files behind pages it needs only later. Use times are rounded down to this step so pages
+/// used together still form one range.
+pub const USE_STEP_NS: u64 = 4_000_000;
+
 /// Builds first-access ranges, coalescing consecutive pages of the same target.
 #[derive(Default)]
 struct Builder {
     seen: HashSet<(Target, u64)>,
-    used: HashSet<(Target, u64)>,
+    /// First use of each used page (ns since exec).
+    used: HashMap<(Target, u64), u64>,
     out: Vec<Access>,
 }
 
 impl Builder {
-    /// Pages the launch touched (faults, fault-around, read lookups).
-    fn mark_used(&mut self, target: Target, first: u64, last: u64) {
+    /// Pages the launch touched at `t` (faults, fault-around, read lookups).
+    fn mark_used(&mut self, target: Target, first: u64, last: u64, t: u64) {
         let last = last.min(first.saturating_add(MAX_RANGE_PAGES - 1));
         for page in first..=last {
-            self.used.insert((target, page));
+            let u = self.used.entry((target, page)).or_insert(t);
+            *u = (*u).min(t);
         }
     }
 
-    /// The accesses, each split where the pages change between used and unused.
+    /// The accesses in the order the launch needed them, each split where the pages change
+    /// between used and unused. A page read from disk takes the time of its first use when
+    /// that came more than `USE_STEP_NS` after the read; an unused page follows the page
+    /// before it in its range.
     fn finish(self) -> Vec<Access> {
-        let mut out: Vec<Access> = Vec::with_capacity(self.out.len());
+        let mut pages: Vec<Access> = Vec::new();
         for a in self.out {
+            let mut carried = a.t;
             for page in a.page..a.page + a.pages {
-                let used = matches!(a.target, Target::Meta { .. })
-                    || self.used.contains(&(a.target, page));
-                match out.last_mut() {
-                    Some(l)
-                        if l.target == a.target
-                            && l.from_disk == a.from_disk
-                            && l.used == used
-                            && l.page + l.pages == page
-                            && l.t == a.t =>
-                    {
-                        l.pages += 1
+                let first_use = match a.target {
+                    Target::Meta { .. } => Some(a.t),
+                    Target::File { .. } => self.used.get(&(a.target, page)).copied(),
+                };
+                let t = match first_use {
+                    Some(u) if a.from_disk && u >= a.t.saturating_add(USE_STEP_NS) => {
+                        u / USE_STEP_NS * USE_STEP_NS
                     }
-                    _ => out.push(Access {
-                        page,
-                        pages: 1,
-                        used,
-                        ..a
-                    }),
+                    Some(_) => a.t,
+                    None => carried,
+                };
+                carried = t;
+                pages.push(Access {
+                    page,
+                    pages: 1,
+                    t,
+                    used: first_use.is_some(),
+                    ..a
+                });
+            }
+        }
+        pages.sort_by_key(|a| a.t);
+        let mut out: Vec<Access> = Vec::with_capacity(pages.len());
+        for p in pages {
+            match out.last_mut() {
+                Some(l)
+                    if l.target == p.target
+                        && l.from_disk == p.from_disk
+                        && l.used == p.used
+                        && l.page + l.pages == p.page
+                        && l.t == p.t =>
+                {
+                    l.pages += 1
                 }
+                _ => out.push(p),
             }
         }
         out
@@ -286,12 +315,12 @@ impl RawRun {
                 } => {
                     let tg = target(*dev, *ino);
                     b.touch(tg, *index, (*last).max(*index), rel(e.ts), false);
-                    b.mark_used(tg, *index, (*last).max(*index));
+                    b.mark_used(tg, *index, (*last).max(*index), rel(e.ts));
                 }
                 EventKind::Fault { dev, ino, index } => {
                     let tg = target(*dev, *ino);
                     b.touch(tg, *index, *index, rel(e.ts), false);
-                    b.mark_used(tg, *index, *index);
+                    b.mark_used(tg, *index, *index, rel(e.ts));
                 }
                 EventKind::SyncReadahead { .. } => sync_readaheads += 1,
                 EventKind::InodeLoad { dev, ino } => inode_loads.push(InodeLoad {
@@ -428,7 +457,7 @@ pub fn extract(runs: &[RawRun]) -> LaunchSequence {
             if others.iter().all(|s| s.contains(&(a.target, p))) {
                 b.touch(a.target, p, p, a.t, a.from_disk);
                 if used_anywhere.contains(&(a.target, p)) {
-                    b.mark_used(a.target, p, p);
+                    b.mark_used(a.target, p, p, a.t);
                 }
             } else {
                 dropped += 1;
@@ -526,6 +555,40 @@ mod tests {
                 acc(f(1), 0, 6, 10),
                 acc(f(2), 0, 1, 30),
                 acc(f(1), 6, 1, 40)
+            ]
+        );
+    }
+
+    #[test]
+    fn pages_read_early_but_used_late_move_to_their_use() {
+        const MS: u64 = 1_000_000;
+        let mut b = Builder::default();
+        // A fault at 1 ms reads a window of 8 pages (read-around); pages 0-1 are used at
+        // once, 2-3 at 50 ms (fault-around of one fault), 4 at 51 ms, 5 never, 6-7 at 2 ms.
+        b.touch(f(1), 0, 7, MS, true);
+        b.mark_used(f(1), 0, 1, MS);
+        b.mark_used(f(1), 2, 3, 50 * MS);
+        b.mark_used(f(1), 4, 4, 51 * MS);
+        b.mark_used(f(1), 6, 7, 2 * MS);
+        // Another file read and used at 10 ms.
+        b.touch(f(2), 0, 1, 10 * MS, true);
+        b.mark_used(f(2), 0, 1, 10 * MS);
+        let step = |t: u64| t / USE_STEP_NS * USE_STEP_NS;
+        let unused = |page, pages, t| Access {
+            used: false,
+            ..acc(f(1), page, pages, t)
+        };
+        assert_eq!(
+            b.finish(),
+            vec![
+                // Used within USE_STEP_NS of the read: kept at the read.
+                acc(f(1), 0, 2, MS),
+                acc(f(1), 6, 2, MS),
+                acc(f(2), 0, 2, 10 * MS),
+                // Used later: at the use, rounded down so pages used together stay one range;
+                // the unused page follows the page before it.
+                acc(f(1), 2, 3, step(50 * MS)),
+                unused(5, 1, step(50 * MS)),
             ]
         );
     }
