@@ -127,8 +127,8 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             None
         }
     };
-    // Only now: issued first, the executable's readahead (the whole binary, megabytes) queued
-    // ahead of the path lookups and database reads above and delayed them by ~5 ms.
+    // Only now: issued first, the executable's readahead (then the whole binary, megabytes)
+    // queued ahead of the path lookups and database reads above and delayed them by ~5 ms.
     crate::prefetch::warm_executable(&exe);
     let opts = PrefetchOptions {
         jobs: a.jobs as usize,
