@@ -73,6 +73,17 @@ pub fn decode<T: DeserializeOwned>(
     version: u16,
     bytes: &[u8],
 ) -> Result<T, CodecError> {
+    decode_since(magic, version, version, bytes)
+}
+
+/// `decode` for a format whose versions `oldest..=version` are all read by the current
+/// types (each newer version only added enum variants or fields at the end).
+pub fn decode_since<T: DeserializeOwned>(
+    magic: [u8; 4],
+    oldest: u16,
+    version: u16,
+    bytes: &[u8],
+) -> Result<T, CodecError> {
     if bytes.len() < HEADER_LEN {
         return Err(CodecError::TooShort(bytes.len()));
     }
@@ -86,7 +97,7 @@ pub fn decode<T: DeserializeOwned>(
         });
     }
     let v = le16(4);
-    if v != version {
+    if !(oldest..=version).contains(&v) {
         return Err(CodecError::Version {
             found: v,
             supported: version,

@@ -13,7 +13,9 @@ use crate::resolve::{FileId, FileKind};
 use crate::sys::Dev;
 
 pub const MAGIC: [u8; 4] = *b"WSPL";
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
+/// Version 5 added `Entry::Inode`; version 4 plans decode unchanged.
+pub const OLDEST_VERSION: u16 = 4;
 
 /// A block device holding filesystem metadata the plan prefetches.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,13 +35,16 @@ pub enum Entry {
     Lookup { file: u32 },
     /// Read a whole directory listing.
     ListDir { file: u32 },
+    /// Load inode `ino` of the filesystem holding file `file` (by handle, no path: a file the
+    /// launch stats but never opens has none in the plan). Reads its inode-table block.
+    Inode { file: u32, ino: u64 },
 }
 
 impl Entry {
     pub fn bytes(&self) -> u64 {
         match self {
             Entry::Data { len, .. } | Entry::Meta { len, .. } => *len,
-            Entry::Lookup { .. } | Entry::ListDir { .. } => 0,
+            Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. } => 0,
         }
     }
 }
@@ -93,6 +98,8 @@ pub struct Summary {
     pub directories: usize,
     pub lookups: usize,
     pub listings: usize,
+    /// Inodes loaded by handle (files the launch stats but never opens).
+    pub inodes: usize,
 }
 
 impl Plan {
@@ -102,7 +109,7 @@ impl Plan {
 
     /// Decode and validate; any malformed input is an error.
     pub fn decode(bytes: &[u8]) -> Result<Plan, CodecError> {
-        let p: Plan = codec::decode(MAGIC, VERSION, bytes)?;
+        let p: Plan = codec::decode_since(MAGIC, OLDEST_VERSION, VERSION, bytes)?;
         p.validate()?;
         Ok(p)
     }
@@ -128,7 +135,9 @@ impl Plan {
                     offset,
                     len,
                 } => (device, self.devices.len(), len, offset),
-                Entry::Lookup { file } | Entry::ListDir { file } => (file, self.files.len(), 1, 0),
+                Entry::Lookup { file } | Entry::ListDir { file } | Entry::Inode { file, .. } => {
+                    (file, self.files.len(), 1, 0)
+                }
             };
             if idx as usize >= n {
                 return bad(format!("entry {i} refers to table index {idx} of {n}"));
@@ -165,6 +174,7 @@ impl Plan {
                 Entry::Meta { len, .. } => s.metadata_bytes += len,
                 Entry::Lookup { .. } => s.lookups += 1,
                 Entry::ListDir { .. } => s.listings += 1,
+                Entry::Inode { .. } => s.inodes += 1,
             }
         }
         s.bytes = s.data_bytes + s.metadata_bytes;
@@ -255,6 +265,27 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn version_4_plans_still_decode_and_inode_entries_round_trip() {
+        let p = sample_plan();
+        // A plan written before `Entry::Inode` existed (version 4) is the same payload.
+        let v4 = codec::encode(MAGIC, 4, &p).unwrap();
+        assert_eq!(Plan::decode(&v4).unwrap(), p);
+        for v in [3, VERSION + 1] {
+            let b = codec::encode(MAGIC, v, &p).unwrap();
+            assert!(
+                matches!(Plan::decode(&b), Err(CodecError::Version { found, .. }) if found == v),
+                "version {v}"
+            );
+        }
+        let mut q = sample_plan();
+        q.entries.push(Entry::Inode { file: 1, ino: 77 });
+        assert_eq!(Plan::decode(&q.encode().unwrap()).unwrap(), q);
+        assert_eq!(q.summary().inodes, 1);
+        q.entries.push(Entry::Inode { file: 9, ino: 78 });
+        assert!(q.validate().is_err(), "anchor index out of range");
+    }
+
+    #[test]
     fn summary_counts() {
         let s = sample_plan().summary();
         assert_eq!(s.entries, 5);
@@ -278,7 +309,13 @@ pub(crate) mod tests {
             }
             let mut c = b.clone();
             c[i / 8] ^= 1 << (i % 8);
-            assert!(Plan::decode(&c).is_err(), "bit {i}");
+            match Plan::decode(&c) {
+                Err(_) => {}
+                // A flip of the version field onto an older version this build still reads
+                // (5 -> 4) leaves the checksummed payload, hence the plan, intact.
+                Ok(p) if (4..6).contains(&(i / 8)) => assert_eq!(p, sample_plan(), "bit {i}"),
+                Ok(_) => panic!("bit {i} flipped, still decoded"),
+            }
         }
     }
 

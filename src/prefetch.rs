@@ -83,6 +83,9 @@ pub struct PrefetchReport {
     pub metadata_bytes: u64,
     pub lookups: u64,
     pub listings: u64,
+    /// Inodes loaded by handle; and those gone since learning (deleted or reused).
+    pub inodes: u64,
+    pub inodes_stale: u64,
     pub files_opened: u32,
     pub files_stale: u32,
     pub files_missing: u32,
@@ -120,6 +123,8 @@ struct Counters {
     meta: AtomicU64,
     lookups: AtomicU64,
     listings: AtomicU64,
+    inodes: AtomicU64,
+    stale_inodes: AtomicU64,
     opened: AtomicU32,
     stale: AtomicU32,
     missing: AtomicU32,
@@ -151,18 +156,21 @@ fn readahead_chunk(dev: Dev) -> u64 {
     ra.max(io).max(128 * 1024)
 }
 
-/// Start reading what exec and the dynamic loader touch first in the executable a launch is
-/// about to exec, while the prefetcher is forked and starts its first requests. Best effort,
-/// never an error.
+/// Start reading what exec, the dynamic loader and the program's first instructions touch in
+/// the executable a launch is about to exec, while the prefetcher is forked and starts its
+/// first requests. Best effort, never an error.
 ///
 /// Traced: exec's `elf_load` waited ~7 ms for the bss page of the data segment (it zeroes the
 /// tail of that page), and then the dynamic loader's first fault, on `.dynamic` in the data
-/// segment 5.3 MB into python3, waited ~4-7 ms behind the text before it. So only the
-/// `exec_order` ranges are asked for here (see there). The rest of the file is the plan's: it
-/// holds the executable's pages in the order the launch first used them (`sequence`).
-/// Reading the whole binary here (6.8 MB) used to cost the launcher ~2-5 ms of CPU before
-/// the exec and put ~7 ms of device time ahead of the plan's first metadata reads.
-pub fn warm_executable(path: &Path) {
+/// segment 5.3 MB into python3, waited ~4-7 ms behind the text before it. So the
+/// `exec_order` ranges go first (see there). Then the executable's ranges among the plan's
+/// first `EXE_PLAN_HEAD` entries (the plan is in first-use order): python3 faults on its text
+/// 0.3 ms after exec, before the prefetcher has issued anything, and a fault on a page not yet
+/// requested makes the kernel read around it, here 8 MiB: the whole binary, 1 MB at a time,
+/// with the pages wanted next somewhere in the queue (traced: a 5.3 ms wait at 2 ms). The
+/// rest of the file is the plan's. Reading the whole binary here instead (6.8 MB) cost the
+/// launcher 2-5 ms of CPU before the exec and put ~7 ms of device time ahead of the plan.
+pub fn warm_executable(path: &Path, plan: Option<&Plan>) {
     // The path may name a symlink (/usr/bin/python3); the file is what exec will map.
     let Ok(real) = std::fs::canonicalize(path) else {
         return;
@@ -177,10 +185,36 @@ pub fn warm_executable(path: &Path) {
     // The header page: exec reads it first, and it says where the rest is.
     let mut head = vec![0u8; EXE_HEAD];
     let n = nix::sys::uio::pread(fd.as_fd(), &mut head, 0).unwrap_or(0);
-    let chunk = readahead_chunk(Dev::from_user(st.st_dev));
+    let dev = Dev::from_user(st.st_dev);
+    let chunk = readahead_chunk(dev);
     for (offset, len) in exec_order(&head[..n]) {
         let _ = sys::readahead(fd.as_fd(), offset, len.min(chunk));
     }
+    for (offset, len) in plan
+        .map(|p| plan_head_of(p, dev, st.st_ino))
+        .unwrap_or_default()
+    {
+        let _ = sys::readahead(fd.as_fd(), offset, len.min(chunk));
+    }
+}
+
+/// How many of the plan's first entries `warm_executable` looks through.
+const EXE_PLAN_HEAD: usize = 128;
+
+/// The data ranges of file (`dev`, `ino`) among the plan's first `EXE_PLAN_HEAD` entries, in
+/// plan order.
+fn plan_head_of(plan: &Plan, dev: Dev, ino: u64) -> Vec<(u64, u64)> {
+    plan.entries
+        .iter()
+        .take(EXE_PLAN_HEAD)
+        .filter_map(|e| match *e {
+            Entry::Data { file, offset, len } => {
+                let f = plan.files.get(file as usize)?;
+                (f.dev == dev && f.ino == ino).then_some((offset, len))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// What `warm_executable` reads synchronously to find the program headers.
@@ -416,12 +450,14 @@ impl Engine<'_> {
                     self.c.skipped.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            Entry::Lookup { .. } | Entry::ListDir { .. } => self.do_metadata(w),
+            Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. } => {
+                self.do_metadata(w)
+            }
         }
         self.c.done.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Filesystem-level metadata: a lookup or a directory listing.
+    /// Filesystem-level metadata: a lookup, a directory listing or an inode by handle.
     fn do_metadata(&self, w: Work) {
         match self.plan.entries[w.entry as usize] {
             Entry::Lookup { file } => {
@@ -449,6 +485,27 @@ impl Engine<'_> {
                 }
                 self.release(file);
             }
+            Entry::Inode { file, ino } => {
+                // The anchor is a planned file on the same filesystem, checked like any.
+                if let Some(fd) = self.file_fd(file) {
+                    match sys::load_inode(fd.as_fd(), ino) {
+                        Ok(()) => {
+                            self.mark();
+                            self.c.inodes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        // Deleted since learning, or no longer a valid inode number.
+                        Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {
+                            self.c.stale_inodes.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(_) => {
+                            self.c.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                } else {
+                    self.c.skipped.fetch_add(1, Ordering::Relaxed);
+                }
+                self.release(file);
+            }
             Entry::Data { .. } | Entry::Meta { .. } => {}
         }
     }
@@ -465,7 +522,7 @@ impl Engine<'_> {
             let Some(w) = self.work.get(i) else { return };
             let is_fs_meta = matches!(
                 self.plan.entries[w.entry as usize],
-                Entry::Lookup { .. } | Entry::ListDir { .. }
+                Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. }
             );
             if is_fs_meta && self.meta_pass {
                 continue;
@@ -494,7 +551,7 @@ impl Engine<'_> {
                 std::thread::sleep(std::time::Duration::from_micros(200));
             }
             match self.plan.entries[w.entry as usize] {
-                Entry::Lookup { .. } | Entry::ListDir { .. } => {
+                Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. } => {
                     self.do_metadata(*w);
                     self.c.done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -583,6 +640,9 @@ pub fn prefetch_holding(
                 }
                 (Some(file), None)
             }
+            // In both modes: with the block device the inode-table block is prefetched, but
+            // the inode is still built (parsed, allocated) by whoever looks it up first.
+            Entry::Inode { file, .. } => (Some(file), None),
         };
         if let Some((_, _, len)) = range {
             if len > budget {
@@ -676,6 +736,8 @@ pub fn prefetch_holding(
         metadata_bytes: c.meta.load(Ordering::Relaxed),
         lookups: c.lookups.load(Ordering::Relaxed),
         listings: c.listings.load(Ordering::Relaxed),
+        inodes: c.inodes.load(Ordering::Relaxed),
+        inodes_stale: c.stale_inodes.load(Ordering::Relaxed),
         files_opened: c.opened.load(Ordering::Relaxed),
         files_stale: c.stale.load(Ordering::Relaxed),
         files_missing: c.missing.load(Ordering::Relaxed),
@@ -917,6 +979,67 @@ mod tests {
     }
 
     #[test]
+    fn loads_inodes_by_handle_through_the_anchor_directory() {
+        if !nix::unistd::geteuid().is_root() {
+            return crate::testutil::skip("open_by_handle_at needs CAP_DAC_READ_SEARCH (root)");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("statted");
+        std::fs::write(&f, b"x").unwrap();
+        let ino = FileId::of(&f).unwrap().ino;
+        let anchor = FileId::of(dir.path()).unwrap();
+        let fs = nix::sys::statfs::statfs(dir.path()).unwrap();
+        if fs.filesystem_type() != nix::sys::statfs::EXT4_SUPER_MAGIC {
+            return crate::testutil::skip(
+                "inode handles are checked on ext4 (the temp dir is not)",
+            );
+        }
+        let plan = plan_for(
+            vec![anchor],
+            vec![
+                Entry::Inode { file: 0, ino },
+                // Never allocated on a test filesystem this small: gone, not an error.
+                Entry::Inode {
+                    file: 0,
+                    ino: u32::MAX as u64 - 1,
+                },
+            ],
+        );
+        let r = prefetch(&plan, &PrefetchOptions::default(), &AtomicBool::new(false));
+        assert_eq!((r.inodes, r.inodes_stale, r.errors), (1, 1, 0), "{r:?}");
+        // Beyond 32 bits a handle cannot name the inode: refused without a syscall.
+        let fd = open(dir.path(), open_flags(), Mode::empty()).unwrap();
+        let e = sys::load_inode(fd.as_fd(), 1 << 40).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOVERFLOW));
+    }
+
+    #[test]
+    fn the_executable_ranges_of_the_plan_head_in_plan_order() {
+        let id = |ino| FileId {
+            ino,
+            ..FileId::of(Path::new("/")).unwrap()
+        };
+        let data = |file, offset| Entry::Data {
+            file,
+            offset,
+            len: 4096,
+        };
+        let mut entries = vec![
+            data(0, 8192),
+            data(1, 0),
+            Entry::Lookup { file: 1 },
+            data(0, 0),
+        ];
+        // Past the head: not the launcher's.
+        entries.extend((0..EXE_PLAN_HEAD as u64).map(|i| data(1, i * 4096)));
+        entries.push(data(0, 4096 * 9));
+        let plan = plan_for(vec![id(5), id(6)], entries);
+        let dev = plan.files[0].dev;
+        assert_eq!(plan_head_of(&plan, dev, 5), vec![(8192, 4096), (0, 4096)]);
+        assert!(plan_head_of(&plan, dev, 7).is_empty());
+    }
+
+    #[test]
     fn refuses_symlinks_and_respects_the_cap() {
         let dir = tempfile::tempdir().unwrap();
         let real = dir.path().join("real");
@@ -1152,7 +1275,7 @@ mod tests {
             eprintln!("skipped: this filesystem keeps evicted pages (tmpfs?)");
             return;
         }
-        warm_executable(&link);
+        warm_executable(&link, None);
         let chunk = readahead_chunk(Dev::from_user(std::os::unix::fs::MetadataExt::dev(&st)));
         let mut asked = 0;
         for (off, len) in ranges {
@@ -1173,7 +1296,7 @@ mod tests {
             cached(0, 0)
         );
         // Not a regular file: nothing happens, nothing fails.
-        warm_executable(dir.path());
-        warm_executable(&dir.path().join("missing"));
+        warm_executable(dir.path(), None);
+        warm_executable(&dir.path().join("missing"), None);
     }
 }

@@ -3,7 +3,7 @@
 //! fork in `launch` lives here.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -63,6 +63,51 @@ pub fn readahead(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// `struct file_handle` with the 8 bytes of a `FILEID_INO32_GEN` handle.
+#[repr(C)]
+struct InoHandle {
+    handle_bytes: u32,
+    handle_type: i32,
+    ino: u32,
+    generation: u32,
+}
+
+/// `FILEID_INO32_GEN` (include/linux/exportfs.h): a 32-bit inode number and a generation.
+const FILEID_INO32_GEN: i32 = 1;
+
+/// Load inode `ino` of the filesystem holding `mount_fd` into the inode cache, by handle,
+/// without a path: `open_by_handle_at(2)` with generation 0, which ext4 (and the other
+/// filesystems using the generic export operations) takes as "any generation". Opens with
+/// `O_PATH` (no data is read, nothing can be written) and closes at once. Needs
+/// CAP_DAC_READ_SEARCH. Inode numbers above 32 bits are not expressible: `EOVERFLOW`.
+pub fn load_inode(mount_fd: BorrowedFd<'_>, ino: u64) -> io::Result<()> {
+    let Ok(ino) = u32::try_from(ino) else {
+        return Err(io::Error::from_raw_os_error(libc::EOVERFLOW));
+    };
+    let mut h = InoHandle {
+        handle_bytes: 8,
+        handle_type: FILEID_INO32_GEN,
+        ino,
+        generation: 0,
+    };
+    // SAFETY: `h` is a valid, writable `struct file_handle` whose `handle_bytes` (8) matches
+    // the payload that follows it; the fd is valid for the borrow; the returned fd, if any,
+    // is owned here and closed by `OwnedFd`.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount_fd.as_raw_fd(),
+            (&mut h as *mut InoHandle).cast::<libc::file_handle>(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    Ok(())
 }
 
 /// Page-cache residency of a file range, from `cachestat(2)` (Linux 6.5+). Unlike mincore it

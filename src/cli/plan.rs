@@ -162,6 +162,7 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
             "metadata_bytes": s.metadata_bytes,
             "lookups": s.lookups,
             "listings": s.listings,
+            "inodes": s.inodes,
             "unresolved_pages": p.unresolved_pages,
             "unresolved_files": p.unresolved_files,
             "traced_data_bytes": p.traced_data_bytes,
@@ -218,8 +219,8 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
     }
     println!("created:      {}", fmt_unix(plan.created_unix as i64));
     println!(
-        "entries:      {} ({} lookups, {} directory listings)",
-        s.entries, s.lookups, s.listings
+        "entries:      {} ({} lookups, {} directory listings, {} inodes by handle)",
+        s.entries, s.lookups, s.listings, s.inodes
     );
     println!(
         "bytes:        {} ({} data, {} metadata)",
@@ -275,6 +276,10 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
                 Entry::ListDir { file } => {
                     format!("listdir  {}", plan.files[file as usize].path.display())
                 }
+                Entry::Inode { file, ino } => format!(
+                    "inode    {ino} on the filesystem of {}",
+                    plan.files[file as usize].path.display()
+                ),
             };
             println!("  {:>5}  {line}", i + 1);
         }

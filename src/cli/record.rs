@@ -123,14 +123,15 @@ pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
         println!("{v}");
     } else {
         println!(
-            "learned {}: {} entries, {} of data in {} files, {} metadata, {} lookups, {} listings",
+            "learned {}: {} entries, {} of data in {} files, {} metadata, {} lookups, {} listings, {} inodes by handle",
             key.key,
             s.entries,
             human_bytes(s.data_bytes),
             s.files,
             human_bytes(s.metadata_bytes),
             s.lookups,
-            s.listings
+            s.listings,
+            s.inodes
         );
         println!(
             "resolved {:.2}% of traced data bytes ({} pages in {} files unresolved); dropped {} pages not common to all runs and {} read ahead but never used",

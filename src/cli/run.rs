@@ -129,7 +129,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     // Only now: issued first, the executable's readahead (then the whole binary, megabytes)
     // queued ahead of the path lookups and database reads above and delayed them by ~5 ms.
-    crate::prefetch::warm_executable(&exe);
+    crate::prefetch::warm_executable(&exe, chosen.as_ref().map(|c| &c.plan));
     let opts = PrefetchOptions {
         jobs: a.jobs as usize,
         mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
@@ -542,13 +542,15 @@ fn print_stats(
         waits.map_or("?".into(), |w| w.to_string())
     );
     eprintln!(
-        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings ({} work items done{})",
+        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings, {} inodes ({} gone) ({} work items done{})",
         human_bytes(r.data_bytes),
         human_bytes(r.resident_bytes),
         human_bytes(r.metadata_bytes),
         r.requests,
         r.lookups,
         r.listings,
+        r.inodes,
+        r.inodes_stale,
         r.entries_done,
         if r.stopped_early { ", stopped when the app exited" } else { "" }
     );

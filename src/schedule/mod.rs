@@ -182,6 +182,17 @@ pub fn build_base_with(
     let mut looked_up = std::collections::HashSet::new();
     let mut listed = std::collections::HashSet::new();
 
+    // Per filesystem, the directory whose fd names it for `Entry::Inode`: the shortest path
+    // (its mount point, usually), so the choice does not depend on hash order.
+    let mut anchors: HashMap<Dev, &FileId> = HashMap::new();
+    for d in resolver.dirs() {
+        let a = anchors.entry(d.dev).or_insert(d);
+        let key = |f: &FileId| (f.path.as_os_str().len(), f.path.clone());
+        if key(d) < key(a) {
+            *a = d;
+        }
+    }
+    let anchor_of = |dev: Dev| anchors.get(&dev).copied();
     let volatile_since = bo.volatile_since_ns;
     let mut file_idx = |id: &FileId, files: &mut Vec<FileId>| -> u32 {
         *file_index.entry((id.dev, id.ino)).or_insert_with(|| {
@@ -266,15 +277,26 @@ pub fn build_base_with(
                 }
             }
             Step::Lookup(dev, ino) => {
+                if !looked_up.insert((dev, ino)) {
+                    continue;
+                }
                 if let Some(id) = resolver.get(dev, ino) {
-                    if looked_up.insert((dev, ino)) {
-                        let file = file_idx(id, &mut files);
-                        items.push(Item {
-                            entry: Entry::Lookup { file },
-                            t,
-                            disk: None,
-                        });
-                    }
+                    let file = file_idx(id, &mut files);
+                    items.push(Item {
+                        entry: Entry::Lookup { file },
+                        t,
+                        disk: None,
+                    });
+                } else if let Some(anchor) = anchor_of(dev) {
+                    // No path (stat-only files: python stats each module's source and opens
+                    // only its cached bytecode): the inode by handle, through any planned
+                    // directory of the same filesystem.
+                    let file = file_idx(anchor, &mut files);
+                    items.push(Item {
+                        entry: Entry::Inode { file, ino },
+                        t,
+                        disk: None,
+                    });
                 }
             }
             Step::ListDir(dev, ino) => {
@@ -559,6 +581,53 @@ mod tests {
         assert_eq!(p.provenance.traced_data_bytes, (1 + 4 + 3 + 1) * 4096);
         assert_eq!(p.provenance.runs, vec![4, 5]);
         assert_eq!(p.provenance.dropped_pages, 2);
+    }
+
+    #[test]
+    fn inodes_without_a_path_are_loaded_by_handle_through_a_planned_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let statted = sub.join("only_statted");
+        std::fs::write(&statted, b"x").unwrap();
+        let mut r = Resolver::default();
+        r.add(&sub);
+        r.add(dir.path());
+        let ids = FileId::of(&statted).unwrap();
+        let load = |t, ino| InodeLoad {
+            t,
+            dev: ids.dev,
+            ino,
+        };
+        let seq = LaunchSequence {
+            page_size: 4096,
+            // The stat-only file (no path known), twice; then one on a filesystem with no
+            // planned directory (skipped).
+            inode_loads: vec![
+                load(3, ids.ino),
+                load(4, ids.ino),
+                InodeLoad {
+                    t: 5,
+                    dev: Dev { major: 7, minor: 7 },
+                    ino: 12,
+                },
+            ],
+            ..LaunchSequence::default()
+        };
+        let p = build_plan("app", &seq, &r, &FakeDevs, &crate::resolve::NoDirs, vec![]);
+        p.validate().unwrap();
+        // The anchor is the shortest planned directory path on that filesystem.
+        assert_eq!(
+            p.entries,
+            vec![Entry::Inode {
+                file: 0,
+                ino: ids.ino
+            }]
+        );
+        assert_eq!(p.files[0].path, dir.path());
+        assert_eq!(p.summary().inodes, 1);
+        let back = Plan::decode(&p.encode().unwrap()).unwrap();
+        assert_eq!(back.entries, p.entries);
     }
 
     #[test]
