@@ -47,6 +47,15 @@ impl Entry {
             Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. } => 0,
         }
     }
+
+    /// Metadata through the filesystem (a path, a directory, an inode number), not a byte
+    /// range: the prefetcher's metadata pass does these.
+    pub fn is_fs_level(&self) -> bool {
+        matches!(
+            self,
+            Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. }
+        )
+    }
 }
 
 /// Where a plan came from and what it could not include.

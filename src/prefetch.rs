@@ -520,11 +520,7 @@ impl Engine<'_> {
             }
             let i = self.next.fetch_add(1, Ordering::Relaxed);
             let Some(w) = self.work.get(i) else { return };
-            let is_fs_meta = matches!(
-                self.plan.entries[w.entry as usize],
-                Entry::Lookup { .. } | Entry::ListDir { .. } | Entry::Inode { .. }
-            );
-            if is_fs_meta && self.meta_pass {
+            if self.plan.entries[w.entry as usize].is_fs_level() && self.meta_pass {
                 continue;
             }
             win.make_room(w.len);

@@ -187,8 +187,7 @@ pub fn build_base_with(
     let mut anchors: HashMap<Dev, &FileId> = HashMap::new();
     for d in resolver.dirs() {
         let a = anchors.entry(d.dev).or_insert(d);
-        let key = |f: &FileId| (f.path.as_os_str().len(), f.path.clone());
-        if key(d) < key(a) {
+        if (d.path.as_os_str().len(), &d.path) < (a.path.as_os_str().len(), &a.path) {
             *a = d;
         }
     }
