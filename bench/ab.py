@@ -14,8 +14,10 @@ This VM's CPU speed drifts by ±30% between launches, so single medians mislead;
 the per-round paired differences against the first variant (median), the gap closed from
 those paired differences, and the off-CPU time (wall minus the CPU time of the launched
 process and its waited-for children): the part of a launch prefetching can change, and
-far less noisy than the wall time. The warmstart binary is ../target/release/warmstart
-unless WARMSTART_BIN says otherwise.
+far less noisy than the wall time. Also printed: the median user and system CPU time of the
+launched process (the kernel splits them by 4 ms tick samples, so only their sum is exact).
+AB_SAMPLES=1 prints every launch's times too. The warmstart binary is
+../target/release/warmstart unless WARMSTART_BIN says otherwise.
 """
 import os
 import statistics
@@ -30,6 +32,8 @@ rounds, variants, cmd = int(sys.argv[1]), sys.argv[2:sep], sys.argv[sep + 1:]
 names = [v.split("=", 1)[0] for v in variants]
 wall = {n: [] for n in names}
 off = {n: [] for n in names}
+usr = {n: [] for n in names}
+sys_ = {n: [] for n in names}
 for r in range(rounds):
     order = list(zip(names, variants))
     for name, v in order if r % 2 == 0 else order[::-1]:
@@ -54,12 +58,15 @@ for r in range(rounds):
             sys.exit(f"ab: {name} exited with status {status}")
         wall[name].append(ms)
         off[name].append(ms - (ru.ru_utime + ru.ru_stime) * 1e3)
+        usr[name].append(ru.ru_utime * 1e3)
+        sys_[name].append(ru.ru_stime * 1e3)
 
 base = names[0]
 def paired(d, n):
     return statistics.median(a - b for a, b in zip(d[n], d[base]))
 print(f"{rounds} rounds; paired = median of per-round differences against {base}")
-print(f"{'variant':<12} {'median ms':>9} {'paired':>8} {'off-CPU':>8} {'paired':>8} {'gap':>6}")
+print(f"{'variant':<12} {'median ms':>9} {'paired':>8} {'off-CPU':>8} {'paired':>8} {'gap':>6}"
+      f" {'user':>7} {'system':>7}")
 for n in names:
     gap = ""
     if "cold" in names and "warm" in names:
@@ -67,4 +74,10 @@ for n in names:
         if c != w:
             gap = f"{100 * (c - x) / (c - w):5.0f}%"
     print(f"{n:<12} {statistics.median(wall[n]):9.1f} {paired(wall, n):+8.1f} "
-          f"{statistics.median(off[n]):8.1f} {paired(off, n):+8.1f} {gap:>6}")
+          f"{statistics.median(off[n]):8.1f} {paired(off, n):+8.1f} {gap:>6}"
+          f" {statistics.median(usr[n]):7.1f} {statistics.median(sys_[n]):7.1f}")
+if os.environ.get("AB_SAMPLES"):
+    for n in names:
+        print(f"{n:<12} wall " + " ".join(f"{x:.0f}" for x in wall[n]))
+        print(f"{'':<12} user " + " ".join(f"{x:.0f}" for x in usr[n]))
+        print(f"{'':<12} sys  " + " ".join(f"{x:.0f}" for x in sys_[n]))

@@ -615,14 +615,26 @@ fn demo_json_on_the_synthetic_workload() {
     let before = readahead_blks();
     let o = run(sb
         .ws()
-        .args(["demo", "--rounds", "1", "--json", "--"])
+        .args(["demo", "--rounds", "2", "--json", "--"])
         .args(synth_launch(&app)));
     assert!(o.status.success(), "{}", text(&o));
     let v = json(&o);
-    for k in ["cold_ms", "warm_ms", "warmstart_ms", "gap_closed"] {
+    for k in [
+        "cold_ms",
+        "warm_ms",
+        "warmstart_ms",
+        "gap_closed",
+        "gap_closed_interval",
+    ] {
         assert!(v.get(k).is_some(), "demo --json lacks {k}: {v}");
     }
     assert!(v["cold_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["samples"]["warmstart"].as_array().map(Vec::len), Some(2));
+    // Null only when the draws show no cold-warm gap; otherwise an ordered pair.
+    if let Some(iv) = v["gap_closed_interval"].as_array() {
+        let (lo, hi) = (iv[0].as_f64().unwrap(), iv[1].as_f64().unwrap());
+        assert!(lo <= hi, "{v}");
+    }
     assert_kernel_clean(&before);
 }
 

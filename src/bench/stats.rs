@@ -40,6 +40,46 @@ pub fn gap_closed(cold: f64, warm: f64, t: f64) -> Option<f64> {
     (gap > 0.0).then(|| (cold - t) / gap)
 }
 
+/// A percentile-bootstrap interval for the gap closed of paired rounds `(cold, warm, t)`:
+/// each of `resamples` draws rounds with replacement (a round's three launches stay together)
+/// and computes the gap closed from the draw's medians, as the point estimate is computed.
+/// Returns the central `level` share of those values, or None with fewer than two rounds or
+/// when most draws show no cold-warm gap. The seed is fixed by the caller, so the same
+/// timings always give the same interval.
+pub fn gap_closed_interval(
+    rounds: &[(f64, f64, f64)],
+    level: f64,
+    resamples: usize,
+    seed: u64,
+) -> Option<(f64, f64)> {
+    let n = rounds.len();
+    if n < 2 || resamples == 0 || !(0.0..1.0).contains(&level) {
+        return None;
+    }
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut gaps = Vec::with_capacity(resamples);
+    let (mut c, mut w, mut t) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    for _ in 0..resamples {
+        for i in 0..n {
+            let r = rounds[rng.usize(..n)];
+            (c[i], w[i], t[i]) = r;
+        }
+        let med = |v: &[f64]| Spread::of(v).map(|s| s.median);
+        if let (Some(mc), Some(mw), Some(mt)) = (med(&c), med(&w), med(&t)) {
+            if let Some(g) = gap_closed(mc, mw, mt) {
+                gaps.push(g);
+            }
+        }
+    }
+    if gaps.len() * 2 < resamples {
+        return None;
+    }
+    gaps.sort_by(f64::total_cmp);
+    let tail = (1.0 - level) / 2.0;
+    let at = |q: f64| gaps[((q * (gaps.len() - 1) as f64).round() as usize).min(gaps.len() - 1)];
+    Some((at(tail), at(1.0 - tail)))
+}
+
 /// Geometric mean of positive values.
 pub fn geomean(values: &[f64]) -> Option<f64> {
     let pos: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0).collect();
@@ -68,6 +108,47 @@ mod tests {
         assert_eq!(gap_closed(100.0, 50.0, 100.0), Some(0.0));
         assert_eq!(gap_closed(100.0, 50.0, 40.0), Some(1.2));
         assert_eq!(gap_closed(50.0, 50.0, 50.0), None);
+    }
+
+    #[test]
+    fn gap_interval_is_tight_for_steady_rounds_and_wide_for_noisy_ones() {
+        // Every round: warmstart exactly halfway between cold and warm.
+        let steady: Vec<_> = (0..5)
+            .map(|i| (900.0 + i as f64, 500.0 + i as f64, 700.0 + i as f64))
+            .collect();
+        assert_eq!(gap_closed_interval(&steady, 0.9, 500, 1), Some((0.5, 0.5)));
+        let noisy = [
+            (700.0, 500.0, 560.0),
+            (860.0, 610.0, 800.0),
+            (720.0, 470.0, 480.0),
+            (900.0, 700.0, 620.0),
+            (650.0, 560.0, 600.0),
+        ];
+        let (lo, hi) = gap_closed_interval(&noisy, 0.9, 2000, 7).unwrap();
+        let point = gap_closed(
+            Spread::of(&noisy.map(|r| r.0)).unwrap().median,
+            Spread::of(&noisy.map(|r| r.1)).unwrap().median,
+            Spread::of(&noisy.map(|r| r.2)).unwrap().median,
+        )
+        .unwrap();
+        assert!(lo < point && point < hi, "{lo} < {point} < {hi}");
+        assert!(
+            hi - lo > 0.3,
+            "five noisy rounds cannot pin it down: {lo}..{hi}"
+        );
+        // Deterministic for a given seed.
+        assert_eq!(gap_closed_interval(&noisy, 0.9, 2000, 7), Some((lo, hi)));
+    }
+
+    #[test]
+    fn gap_interval_needs_rounds_and_a_gap() {
+        assert_eq!(
+            gap_closed_interval(&[(900.0, 500.0, 700.0)], 0.9, 100, 1),
+            None
+        );
+        let no_gap = [(500.0, 500.0, 500.0); 4];
+        assert_eq!(gap_closed_interval(&no_gap, 0.9, 100, 1), None);
+        assert_eq!(gap_closed_interval(&[], 0.9, 100, 1), None);
     }
 
     #[test]

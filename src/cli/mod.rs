@@ -321,7 +321,8 @@ pub struct DemoArgs {
     /// Learning runs before measuring.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub runs: u32,
-    /// Print {"cold_ms","warm_ms","warmstart_ms","gap_closed"} (medians) as JSON.
+    /// Print {"cold_ms","warm_ms","warmstart_ms","gap_closed"} (medians), the gap's bootstrap
+    /// interval and every sample as JSON.
     #[arg(long)]
     pub json: bool,
     /// Strategy of the warmstart launches. The default is FAST's concurrent replay in launch
