@@ -982,6 +982,7 @@ fn daemon_config(sb: &Sandbox, include: &[&Path], n_chk: u32, min_launch_kb: u32
 struct Daemon {
     child: std::process::Child,
     run_dir: PathBuf,
+    log: PathBuf,
 }
 
 impl Daemon {
@@ -1002,13 +1003,17 @@ impl Daemon {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let d = Daemon { child, run_dir };
+        let d = Daemon {
+            child,
+            run_dir,
+            log,
+        };
         let t0 = Instant::now();
         while !d.status(sb)["daemon"]["running"].as_bool().unwrap_or(false) {
             assert!(
                 t0.elapsed() < Duration::from_secs(60),
                 "daemon did not start: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
+                std::fs::read_to_string(&d.log).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -1035,11 +1040,16 @@ impl Daemon {
     fn wait_phase(&self, sb: &Sandbox, phase: &str, mut launch: impl FnMut()) {
         let t0 = Instant::now();
         while self.app(sb)["phase"] != phase {
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "never reached {phase}: {}",
-                self.status(sb)
-            );
+            if t0.elapsed() > Duration::from_secs(120) {
+                // The daemon's own account of its checks says why (a trace error, no check).
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "never reached {phase}: {}\ndaemon log, last lines first:\n{}",
+                    self.status(sb),
+                    tail.join("\n")
+                );
+            }
             launch();
             std::thread::sleep(Duration::from_millis(300));
         }
@@ -1051,6 +1061,21 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // SIGTERM first: the daemon then removes its tracefs instances (a trace of a check
+        // may be running), which the next test checks for. SIGKILL only if it hangs. A child
+        // already reaped is not signalled: its pid may belong to another process by now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

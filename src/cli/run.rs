@@ -542,7 +542,7 @@ fn print_stats(
         waits.map_or("?".into(), |w| w.to_string())
     );
     eprintln!(
-        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings, {} inodes ({} gone) ({} work items done{})",
+        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings, {} inodes ({} gone, {} names beside them stat'ed) ({} work items done{})",
         human_bytes(r.data_bytes),
         human_bytes(r.resident_bytes),
         human_bytes(r.metadata_bytes),
@@ -551,6 +551,7 @@ fn print_stats(
         r.listings,
         r.inodes,
         r.inodes_stale,
+        r.names_stated,
         r.entries_done,
         if r.stopped_early { ", stopped when the app exited" } else { "" }
     );
