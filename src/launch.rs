@@ -61,6 +61,13 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Replace this process with `exe` (argv[0] `arg0`, then `args`), with the signal
+/// dispositions Rust's runtime changed reset. Returns only on failure.
+pub fn exec_replace(exe: &Path, arg0: &OsStr, args: &[OsString]) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new(exe).arg0(arg0).args(args).exec()
+}
+
 /// A forked child waiting for `release` before it execs.
 pub struct GatedChild {
     pid: Pid,

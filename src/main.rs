@@ -1,5 +1,6 @@
-//! The `warmstart` command: a thin shell over the library's CLI.
+//! The `warmstart` command: the lean front (see `cli::front`), which launches plain `run`s
+//! itself and hands every other command line to `warmstart-cli`.
 
 fn main() {
-    std::process::exit(warmstart::cli::main());
+    std::process::exit(warmstart::cli::front::main());
 }

@@ -471,6 +471,96 @@ fn run_passes_exit_codes_and_signals_through() {
 }
 
 #[test]
+fn the_front_launches_runs_itself_and_hands_on_the_rest() {
+    // The `warmstart` front alone, without the full command line beside it.
+    let sb = Sandbox::new();
+    let alone = sb.path().join("bin/warmstart");
+    std::fs::create_dir_all(alone.parent().unwrap()).unwrap();
+    std::fs::copy(WS, &alone).unwrap();
+    let front = |args: &[&str]| {
+        let mut c = Command::new(&alone);
+        c.env("WARMSTART_DB", sb.db()).args(args);
+        run(&mut c)
+    };
+    // A plain run needs nothing else: exit codes pass through.
+    let o = front(&[
+        "-q",
+        "run",
+        "--strategy",
+        "trace",
+        "--",
+        "sh",
+        "-c",
+        "exit 5",
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    // Anything else goes to warmstart-cli: missing, that is one clear error.
+    for args in [&["plan", "list"][..], &["run", "--stats", "--", "true"][..]] {
+        let o = front(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        let e = one_line_error(&o);
+        assert!(
+            e.contains("warmstart-cli") && e.contains("cargo build --release"),
+            "{e}"
+        );
+    }
+    // With it beside the front, the same command lines work, --help included.
+    std::fs::copy(
+        Path::new(WS).with_file_name("warmstart-cli"),
+        alone.with_file_name("warmstart-cli"),
+    )
+    .unwrap();
+    let o = front(&["plan", "show", "nothing-here"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let o = front(&["--version"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("warmstart "),
+        "{}",
+        text(&o)
+    );
+    let o = front(&["run", "--help"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Usage: warmstart run"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn install_puts_the_front_and_the_full_command_line_side_by_side() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let (bin, unit, config) = (
+        sb.path().join("bin"),
+        sb.path().join("unit"),
+        sb.path().join("etc/config.toml"),
+    );
+    let o = run(sb.ws().args([
+        "install",
+        "--bin-dir",
+        bin.to_str().unwrap(),
+        "--unit-dir",
+        unit.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", text(&o));
+    let unit_text = std::fs::read_to_string(unit.join("warmstart.service")).unwrap();
+    assert!(unit_text.contains(&format!("{} daemon", bin.join("warmstart").display())));
+    assert!(config.exists());
+    // The installed front hands commands to the installed warmstart-cli.
+    let o = run(Command::new(bin.join("warmstart")).arg("--version"));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("warmstart "),
+        "{}",
+        text(&o)
+    );
+    assert!(bin.join("warmstart-cli").exists());
+    assert!(!bin.join(".warmstart-cli.new").exists() && !bin.join(".warmstart.new").exists());
+}
+
+#[test]
 fn failing_command_is_not_learned() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();

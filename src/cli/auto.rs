@@ -255,12 +255,23 @@ pub fn install(a: InstallArgs) -> anyhow::Result<i32> {
     let me = std::env::current_exe().context("locating this binary")?;
     std::fs::create_dir_all(&a.bin_dir)
         .with_context(|| format!("creating {}", a.bin_dir.display()))?;
+    // The front and the full command line it execs, side by side as they were built. The
+    // full one first: a front installed alone would fail every command.
+    for name in [super::front::FULL, "warmstart"] {
+        let from = me.with_file_name(name);
+        anyhow::ensure!(
+            from.exists(),
+            "{} is missing; build both binaries with `cargo build --release`, then install again",
+            from.display()
+        );
+        let to = a.bin_dir.join(name);
+        // Copy to a temporary name and rename: a running daemon keeps its old binary intact.
+        let tmp = a.bin_dir.join(format!(".{name}.new"));
+        std::fs::copy(&from, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
+        std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
+        println!("installed {}", to.display());
+    }
     let bin = a.bin_dir.join("warmstart");
-    // Copy to a temporary name and rename: a running daemon keeps its old binary intact.
-    let tmp = a.bin_dir.join(".warmstart.new");
-    std::fs::copy(&me, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
-    std::fs::rename(&tmp, &bin).with_context(|| format!("installing {}", bin.display()))?;
-    println!("installed {}", bin.display());
     std::fs::create_dir_all(&a.unit_dir)
         .with_context(|| format!("creating {}", a.unit_dir.display()))?;
     let unit = include_str!("../../packaging/warmstart.service")

@@ -101,15 +101,7 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
         scenarios,
         state_dir: a.state_dir.clone(),
         // Measure the lean launcher users run, not this larger benchmark binary.
-        warmstart_exe: {
-            let me = std::env::current_exe().context("locating the warmstart binary")?;
-            let launcher = me.with_file_name("warmstart");
-            if launcher.exists() {
-                launcher
-            } else {
-                me
-            }
-        },
+        warmstart_exe: super::launcher_exe()?,
         together,
         learn_runs: a.learn_runs,
     };

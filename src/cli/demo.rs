@@ -64,9 +64,8 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
     if !a.json {
         print_learned(&key, &learned, false);
     }
-    let me = std::env::current_exe().context("locating the warmstart binary")?;
     let mut ws_cmd: Vec<OsString> = vec![
-        me.into(),
+        super::launcher_exe()?.into(),
         "--db".into(),
         db.into(),
         "-q".into(),

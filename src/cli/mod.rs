@@ -4,6 +4,7 @@
 mod auto;
 mod bench;
 mod demo;
+pub mod front;
 mod plan;
 mod record;
 mod run;
@@ -81,7 +82,7 @@ pub enum Command {
     /// Manage the apps the daemon handles.
     #[command(subcommand)]
     App(AppCommand),
-    /// Install the binary, the systemd unit and the default configuration (root).
+    /// Install the binaries, the systemd unit and the default configuration (root).
     Install(InstallArgs),
 }
 
@@ -127,7 +128,7 @@ pub enum AppCommand {
 
 #[derive(Args, Debug)]
 pub struct InstallArgs {
-    /// Where the binary goes.
+    /// Where the binaries (`warmstart`, `warmstart-cli`) go.
     #[arg(long, default_value = "/usr/local/bin")]
     pub bin_dir: PathBuf,
     /// Where the systemd unit goes.
@@ -271,7 +272,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub strategy: Option<String>,
     /// Longest the application is held while a strategy fetches its head first (ms).
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_HOLD_CAP_MS)]
     pub hold_cap_ms: u64,
     /// Use this app name instead of the key derived from the command.
     #[arg(long)]
@@ -451,6 +452,14 @@ pub fn bench_binary_main() -> i32 {
     main_with(Some(bench::cmd))
 }
 
+/// The `warmstart` front users launch applications with (see `front`), installed next to
+/// this binary; this binary itself where it is missing (a slower launch, but a launch).
+pub(crate) fn launcher_exe() -> anyhow::Result<PathBuf> {
+    let me = anyhow::Context::context(std::env::current_exe(), "locating the warmstart binary")?;
+    let front = me.with_file_name("warmstart");
+    Ok(if front.exists() { front } else { me })
+}
+
 fn exec_bench_binary() -> anyhow::Result<i32> {
     use std::os::unix::process::CommandExt;
     let me = std::env::current_exe()?;
@@ -465,6 +474,18 @@ fn exec_bench_binary() -> anyhow::Result<i32> {
             sibling.display()
         ),
     ))
+}
+
+/// `run`, for the front: no command-line parser involved.
+pub(crate) fn run_direct(db: &std::path::Path, verbose: u8, quiet: bool, a: RunArgs) -> i32 {
+    init_logging(verbose, quiet);
+    match run::cmd(db, a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("warmstart: {e:#}");
+            exit_code_of(&e)
+        }
+    }
 }
 
 /// Parse arguments, run the command, return the process exit code.

@@ -185,10 +185,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
 
 /// Replace this process with the application. Returns only on failure.
 fn exec_app(exe: &Path, argv: &[OsString]) -> anyhow::Result<i32> {
-    let source = std::process::Command::new(exe)
-        .arg0(&argv[0])
-        .args(&argv[1..])
-        .exec();
+    let source = crate::launch::exec_replace(exe, &argv[0], &argv[1..]);
     Err(LaunchError::Exec {
         path: exe.display().to_string(),
         source,

@@ -45,7 +45,8 @@ exclude = ["cp", "mv", "rm", "ln", "find", "ls", "cat", "grep", "sed", "awk", "g
   "diff", "cmp", "md5sum", "sha1sum", "sha256sum", "file", "which", "id", "date", "uname", "ps",
   "kill", "pgrep", "systemctl", "journalctl", "mount", "umount", "sudo", "su", "ssh", "scp",
   "curl", "wget", "git", "make", "cc", "gcc", "g++", "ld", "as", "cargo", "rustc", "strace",
-  "gdb", "dpkg", "apt", "apt-get", "warmstart", "warmstart-bench", "warmstart-synth"]
+  "gdb", "dpkg", "apt", "apt-get", "warmstart", "warmstart-cli",
+  "warmstart-bench", "warmstart-synth"]
 "#;
 
 #[derive(Debug, thiserror::Error)]
@@ -188,6 +189,7 @@ const DEFAULT_EXCLUDE: &[&str] = &[
     "apt",
     "apt-get",
     "warmstart",
+    "warmstart-cli",
     "warmstart-bench",
     "warmstart-synth",
 ];
