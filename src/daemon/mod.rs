@@ -419,7 +419,12 @@ fn prefetch_launch(
         let tc = trace_config(cfg, &sh.run_dir);
         let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
         release_trace(sh, &app.key);
-        r.ok()
+        Some(r.map_err(|e| {
+            tracing::warn!(
+                "{}: the check could not trace this launch ({e}); judging its files only",
+                app.key
+            )
+        }))
     } else {
         if let Ok(fd) = sys::pidfd_open(pid) {
             while !running.is_finished() && !sh.stop.load(Ordering::SeqCst) {
@@ -472,7 +477,20 @@ fn prefetch_launch(
             ..LaunchRecord::default()
         },
     );
-    if let Some(t) = checked {
+    // A check whose trace failed still looks at the planned files (and is not retried at
+    // every launch: a trace that keeps failing would otherwise keep a changed app from ever
+    // being relearned).
+    if let Some(Err(())) = checked {
+        lc.since_check = 0;
+        let changed = changed_files(&plan);
+        if changed > 0 {
+            let reason = format!("{changed} planned files changed since learning");
+            tracing::info!("{}: check: back to learning: {reason}", app.key);
+            back_to_learning(sh, &mut s, &app, &mut lc, reason);
+            return;
+        }
+    }
+    if let Some(Ok(t)) = checked {
         lc.since_check = 0;
         let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
         let verdict = judge(&plan, &run, cfg);
@@ -533,11 +551,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     } else {
         missed as f64 / plan_pages as f64
     };
-    let changed = plan
-        .files
-        .iter()
-        .filter(|f| crate::resolve::FileId::of(&f.path).is_none_or(|now| !f.unchanged(&now)))
-        .count();
+    let changed = changed_files(plan);
     let relearn = if miss_ratio > cfg.r_miss {
         Some(format!(
             "miss ratio {miss_ratio:.3} above r_miss {}",
@@ -558,6 +572,14 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
         miss_ratio,
         relearn,
     }
+}
+
+/// Planned files gone or changed (device, inode, size or mtime) since learning.
+fn changed_files(plan: &Plan) -> usize {
+    plan.files
+        .iter()
+        .filter(|f| crate::resolve::FileId::of(&f.path).is_none_or(|now| !f.unchanged(&now)))
+        .count()
 }
 
 fn back_to_learning(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, reason: String) {
@@ -1042,9 +1064,13 @@ mod tests {
         assert!(v.relearn.is_none(), "{:?}", v.relearn);
         let v = judge(&plan, &run_with(vec![], 5), &cfg);
         assert!(v.relearn.unwrap().contains("synchronous readaheads"));
+        assert_eq!(changed_files(&plan), 0);
         std::fs::write(&p, b"changed").unwrap();
+        assert_eq!(changed_files(&plan), 1);
         let v = judge(&plan, &run_with(vec![], 0), &cfg);
         assert!(v.relearn.unwrap().contains("changed"));
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(changed_files(&plan), 1);
     }
 
     #[test]
