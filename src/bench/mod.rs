@@ -12,7 +12,7 @@ pub mod suite;
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -61,6 +61,40 @@ pub fn make_cold() -> std::io::Result<()> {
     sys::drop_caches()
 }
 
+/// Longest `settle` waits for the previous launch's prefetcher.
+pub const SETTLE_CAP: Duration = Duration::from_secs(5);
+
+/// Wait (at most `cap`) until no process but this one runs the executable `exe`; true if
+/// none does. A launch's detached prefetcher outlives the application by a few ms (it
+/// records the launch), with its binary still mapped: a cache drop in that window keeps
+/// those pages, and the next launch finds its launcher warm (1.4 MB of the front's 1.6
+/// survived one drop in five, right after a launch). Its tail also competes with the next
+/// launch. So every measured launch waits for the last one's prefetcher first.
+pub fn settle(exe: &Path, cap: Duration) -> bool {
+    let want = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+    let me = std::process::id().to_string();
+    let running = || {
+        std::fs::read_dir("/proc")
+            .map(|d| {
+                d.filter_map(Result::ok).any(|e| {
+                    let name = e.file_name();
+                    name.as_encoded_bytes().iter().all(u8::is_ascii_digit)
+                        && name != me.as_str()
+                        && std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == want)
+                })
+            })
+            .unwrap_or(false)
+    };
+    let t0 = Instant::now();
+    while running() {
+        if t0.elapsed() >= cap {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
 /// The demo's default workload: import (nearly) every module of Python's standard library,
 /// a launch that reads hundreds of files and directories, present on any machine with python3.
 pub const STDLIB_IMPORT_PY: &str = r#"# warmstart demo workload: import the Python standard library, as a big app starts.
@@ -103,4 +137,23 @@ pub fn default_demo_command(state_dir: &Path) -> std::io::Result<Vec<OsString>> 
         .map(OsString::from)
         .unwrap_or_else(|| "python3".into());
     Ok(vec![py, script.into_os_string()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settle_waits_for_other_processes_of_the_executable() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("my-sleep");
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        // None running: at once.
+        assert!(settle(&exe, Duration::ZERO));
+        let mut child = Command::new(&exe).arg("30").spawn().unwrap();
+        assert!(!settle(&exe, Duration::from_millis(50)), "still running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(settle(&exe, SETTLE_CAP));
+    }
 }

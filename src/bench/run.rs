@@ -458,6 +458,7 @@ impl Ctx<'_> {
         argv: &[String],
         ready: &Ready,
     ) -> Result<Outcome, BenchError> {
+        self.settle();
         let env = self.env(app);
         let work = self.work(app);
         launch(
@@ -478,7 +479,19 @@ impl Ctx<'_> {
     }
 
     fn cold(&self) -> Result<(), BenchError> {
+        self.settle();
         make_cold().map_err(|e| BenchError::Setup(format!("dropping caches: {e}")))
+    }
+
+    /// The last warmstart launch's prefetcher gone first (see `settle`).
+    fn settle(&self) {
+        if !super::settle(&self.opts.warmstart_exe, super::SETTLE_CAP) {
+            tracing::warn!(
+                "{} still runs after {} s; launching anyway",
+                self.opts.warmstart_exe.display(),
+                super::SETTLE_CAP.as_secs()
+            );
+        }
     }
 }
 

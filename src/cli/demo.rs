@@ -12,7 +12,7 @@ use super::record::{interrupt_flag, print_learned};
 use super::{code, fail, require_root, DemoArgs};
 use crate::app::AppKey;
 use crate::bench::stats::{gap_closed, gap_closed_interval, Spread};
-use crate::bench::{default_demo_command, make_cold, time_command};
+use crate::bench::{default_demo_command, make_cold, settle, time_command, SETTLE_CAP};
 use crate::launch::resolve_command;
 use crate::learn::{learn, LearnOptions};
 use crate::store::Store;
@@ -64,8 +64,9 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
     if !a.json {
         print_learned(&key, &learned, false);
     }
+    let launcher = super::launcher_exe()?;
     let mut ws_cmd: Vec<OsString> = vec![
-        super::launcher_exe()?.into(),
+        launcher.clone().into(),
         "--db".into(),
         db.into(),
         "-q".into(),
@@ -85,6 +86,13 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
             let scenario = &SCENARIOS[i];
             if interrupt.load(std::sync::atomic::Ordering::SeqCst) != 0 {
                 return Err(fail(code::INTERRUPTED, "interrupted"));
+            }
+            if !settle(&launcher, SETTLE_CAP) {
+                tracing::warn!(
+                    "a process of {} still runs after {} s; measuring anyway",
+                    launcher.display(),
+                    SETTLE_CAP.as_secs()
+                );
             }
             let argv = match *scenario {
                 "cold" => {
