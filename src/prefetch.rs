@@ -48,6 +48,9 @@ pub const DEFAULT_META_JOBS: usize = 2;
 /// bandwidth) cut the application's off-CPU time by 7-8 ms against unbounded, and by less
 /// at 1 or 4 MiB.
 pub const DEFAULT_WINDOW: u64 = 2 << 20;
+/// Bounds of `--jobs` and `--meta-jobs` (the parser and the front check the same).
+pub const MAX_JOBS: u16 = 64;
+pub const MAX_META_JOBS: u16 = 16;
 /// Longest a launch is held while a strategy fetches the plan's head first, ms.
 pub const DEFAULT_HOLD_CAP_MS: u64 = 2000;
 

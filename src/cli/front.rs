@@ -16,6 +16,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::cli::RunArgs;
+use crate::prefetch::{MAX_JOBS, MAX_META_JOBS};
 use crate::schedule::Strategy;
 
 /// The full command line's binary, installed next to this one.
@@ -85,8 +86,8 @@ fn ranged(v: &str, lo: u16, hi: u16) -> Option<u16> {
 /// front does not take it.
 fn run_option(f: &mut FastRun, name: &str, value: &str) -> Option<()> {
     match name {
-        "--jobs" => f.jobs = Some(ranged(value, 1, 64)?),
-        "--meta-jobs" => f.meta_jobs = Some(ranged(value, 0, 16)?),
+        "--jobs" => f.jobs = Some(ranged(value, 1, MAX_JOBS)?),
+        "--meta-jobs" => f.meta_jobs = Some(ranged(value, 0, MAX_META_JOBS)?),
         "--window-kb" => f.window_kb = Some(value.parse().ok()?),
         "--mem-cap-mb" => f.mem_cap_mb = Some(value.parse().ok()?),
         "--hold-cap-ms" => f.hold_cap_ms = Some(value.parse().ok()?),
@@ -215,6 +216,37 @@ mod tests {
         assert_eq!((a.hold_cap_ms, a.meta_jobs), (50, 0));
         assert_eq!(a.app.as_deref(), Some("my"));
         assert_eq!(a.command, args("ls -l"));
+    }
+
+    /// Every option the full parser gives `run` is one the front takes or hands on: an
+    /// option added there and forgotten here fails this test, not a user's launch.
+    #[test]
+    fn every_run_option_of_the_parser_is_known_to_the_front() {
+        use clap::CommandFactory;
+        let cli = crate::cli::Cli::command();
+        let run = cli.find_subcommand("run").unwrap();
+        let sample = |long: &str| match long {
+            "jobs" | "meta-jobs" => Some("2"),
+            "window-kb" | "mem-cap-mb" | "hold-cap-ms" => Some("100"),
+            "strategy" => Some("trace"),
+            "app" => Some("x"),
+            "db" => Some("/x.db"),
+            _ => None,
+        };
+        let mut seen = 0;
+        for a in run.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            seen += 1;
+            let takes_value = a.get_action().takes_values();
+            let line = match (takes_value, sample(long)) {
+                (true, Some(v)) => format!("run --{long} {v} -- ls"),
+                (true, None) => panic!("--{long}: give the front a sample value or route it"),
+                (false, _) => format!("run --{long} -- ls"),
+            };
+            let handed_on = matches!(long, "stats" | "json" | "help");
+            assert_eq!(classify(&args(&line)).is_none(), handed_on, "`{line}`");
+        }
+        assert!(seen >= 10, "{seen} options");
     }
 
     #[test]

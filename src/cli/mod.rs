@@ -199,7 +199,7 @@ pub struct PrefetchArgs {
     #[arg(long)]
     pub json: bool,
     /// Prefetch worker threads.
-    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=crate::prefetch::MAX_JOBS as i64))]
     pub jobs: u16,
 }
 
@@ -251,13 +251,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Prefetch worker threads.
-    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=crate::prefetch::MAX_JOBS as i64))]
     pub jobs: u16,
     /// Most MiB to prefetch (default: half of MemAvailable).
     #[arg(long)]
     pub mem_cap_mb: Option<u64>,
     /// Threads of the metadata pass running ahead of the data workers (0: none).
-    #[arg(long, default_value_t = crate::prefetch::DEFAULT_META_JOBS as u16, value_parser = clap::value_parser!(u16).range(0..=16))]
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_META_JOBS as u16, value_parser = clap::value_parser!(u16).range(0..=crate::prefetch::MAX_META_JOBS as i64))]
     pub meta_jobs: u16,
     /// Most KiB each worker keeps in flight before waiting for its oldest request (0:
     /// unbounded); a short device queue lets the application's own reads through.
