@@ -60,7 +60,8 @@ impl FastRun {
     }
 }
 
-/// A global option (before or after the subcommand); false if `tok` is none.
+/// Take `tok` if it is a global option (valid before or after the subcommand): Some(true)
+/// if taken, Some(false) if it is not one, None if its value is missing.
 fn global(f: &mut FastRun, tok: &str, next: &mut dyn Iterator<Item = &OsString>) -> Option<bool> {
     if tok == "--db" {
         f.db = Some(PathBuf::from(next.next()?));
