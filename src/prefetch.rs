@@ -35,16 +35,16 @@ pub struct PrefetchOptions {
     pub avoid_cpu: Option<usize>,
 }
 
-/// Default worker count. Measured on this machine (README, "Prefetch engine"): 4 workers
+/// Default worker count. Measured on this machine (docs/measurements.md): 4 workers
 /// closed more of the cold-warm gap than 1, and as much as 8 or 16; bounding the requests in
 /// flight (each worker waiting for its read) closed less.
 pub const DEFAULT_JOBS: usize = 4;
 
-/// Default metadata-pass threads (see README, "Metadata pass").
+/// Default metadata-pass threads: 4 and 8 measured no better (docs/measurements.md).
 pub const DEFAULT_META_JOBS: usize = 2;
 
-/// Default in-flight bytes per data worker. Measured on the demo with `bench/ab.py` (README,
-/// "What this round changed"): 2 MiB per worker (8 MiB in all, ~10 ms of this disk's
+/// Default in-flight bytes per data worker. Measured on the demo with `bench/ab.py`
+/// (docs/measurements.md): 2 MiB per worker (8 MiB in all, ~10 ms of this disk's
 /// bandwidth) cut the application's off-CPU time by 7-8 ms against unbounded, and by less
 /// at 1 or 4 MiB.
 pub const DEFAULT_WINDOW: u64 = 2 << 20;
@@ -543,7 +543,7 @@ impl Engine<'_> {
     /// only their inode numbers in the plan, not their names; the listing has the names.
     /// Stat'ing them here builds their dentries and inodes off the application's CPU, at no
     /// extra I/O (their inode-table block is planned): the demo app's `stat()` time over a
-    /// warm launch's fell from +7.8 to +3.1 ms per launch (`perf`, README).
+    /// warm launch's fell from +7.8 to +3.1 ms per launch (`perf`, docs/measurements.md).
     fn list_dir(&self, fd: &OwnedFd, dev: Dev) {
         let Ok(Ok(mut dir)) = nix::unistd::dup(fd.as_fd()).map(nix::dir::Dir::from_fd) else {
             self.c.errors.fetch_add(1, Ordering::Relaxed);
@@ -856,7 +856,7 @@ impl Running {
             .spawn(move || {
                 // Set before the workers start, which inherit it. A launch is mostly one busy
                 // thread; prefetch threads woken by completed reads on its CPU preempt it.
-                // Measured on the demo (README): off its CPU, the app's off-CPU time fell by
+                // Measured on the demo (docs/measurements.md): off its CPU, the app's off-CPU time fell by
                 // 4-5 ms; on its CPU it rose by 13 ms.
                 if let Some(cpu) = opts.avoid_cpu {
                     sys::keep_off_cpu(cpu);
