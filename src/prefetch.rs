@@ -856,8 +856,8 @@ impl Running {
             .spawn(move || {
                 // Set before the workers start, which inherit it. A launch is mostly one busy
                 // thread; prefetch threads woken by completed reads on its CPU preempt it.
-                // Measured on the demo (docs/measurements.md): off its CPU, the app's off-CPU time fell by
-                // 4-5 ms; on its CPU it rose by 13 ms.
+                // Measured on the demo (docs/measurements.md): off its CPU, the app's off-CPU
+                // time fell by 4-5 ms; on its CPU it rose by 13 ms.
                 if let Some(cpu) = opts.avoid_cpu {
                     sys::keep_off_cpu(cpu);
                 }
