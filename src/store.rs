@@ -182,6 +182,21 @@ impl Store {
             tries += 1;
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+        // Keep the -wal and -shm files when the last connection closes. SQLite deletes both
+        // by default, so each launch's front (the last, often only, connection) removed
+        // them and the prefetcher created them again: two files created and two unlinked in
+        // the state directory per connection, whose inode and block frees sometimes stalled
+        // the front, on the launch's critical path, for ~5 ms on the journal
+        // (docs/measurements.md). The WAL is still checkpointed and, with the size limit
+        // 0, truncated to empty at that close, so the next first connection has no frames
+        // to replay.
+        conn.file_control(
+            Some(rusqlite::MAIN_DB),
+            rusqlite::FileControl::PersistWal(&mut 1),
+        )
+        .map_err(sql)?;
+        conn.pragma_update(None, "journal_size_limit", 0)
+            .map_err(sql)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(sql)?;
         conn.pragma_update(None, "foreign_keys", "ON")
@@ -807,6 +822,27 @@ mod tests {
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].entries, Some(5));
         assert_eq!(list[0].runs, 2);
+    }
+
+    /// The last connection's close keeps the WAL and its index (no unlink and re-create per
+    /// launch) but checkpoints and empties the WAL, so what was written is in the database
+    /// file and the next first connection has nothing to replay.
+    #[test]
+    fn closing_keeps_an_empty_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        let wal = dir.path().join("ws.db-wal");
+        let mut s = Store::open(&db).unwrap();
+        let id = s.upsert_app(&key("/usr/bin/x")).unwrap();
+        assert!(
+            std::fs::metadata(&wal).unwrap().len() > 0,
+            "writes go to the WAL"
+        );
+        drop(s);
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+        assert!(dir.path().join("ws.db-shm").exists());
+        let s = Store::open(&db).unwrap();
+        assert_eq!(s.find_app("/usr/bin/x").unwrap().id, id);
     }
 
     #[test]
