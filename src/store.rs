@@ -183,13 +183,12 @@ impl Store {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
         // Keep the -wal and -shm files when the last connection closes. SQLite deletes both
-        // by default, so each launch's front (the last, often only, connection) removed
-        // them and the prefetcher created them again: two files created and two unlinked in
-        // the state directory per connection, whose inode and block frees sometimes stalled
-        // the front, on the launch's critical path, for ~5 ms on the journal
-        // (docs/measurements.md). The WAL is still checkpointed and, with the size limit
-        // 0, truncated to empty at that close, so the next first connection has no frames
-        // to replay.
+        // by default, so each launch's front (the last, often only, connection) unlinked
+        // them and the prefetcher created them again, on the launch's critical path; one
+        // traced front blocked 5.1 ms in close() releasing the unlinked -shm
+        // (docs/measurements.md). The WAL is still checkpointed and, with the size limit 0,
+        // truncated to empty at that close, so the next first connection has no frames to
+        // replay (a WAL kept full made the front 4 ms slower).
         conn.file_control(
             Some(rusqlite::MAIN_DB),
             rusqlite::FileControl::PersistWal(&mut 1),
