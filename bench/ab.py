@@ -7,7 +7,8 @@ A VARIANT is NAME=ARGS: ARGS (comma-separated) are added to `warmstart run`, e.g
 `nowin=--window-kb=0`; ARGS that start with @PATH run the warmstart binary at PATH instead
 (e.g. `old=@/tmp/warmstart-old` to compare two builds), and ARGS of the form +NAME=VALUE set
 an environment variable for that variant only. Two names are special: `cold` runs CMD bare after dropping the page
-cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first.
+cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
+(after a `sync`, as `warmstart demo` does).
 The order of the variants alternates from round to round.
 
 This VM's CPU speed drifts by ±30% between launches, so single medians mislead; printed are
@@ -62,6 +63,9 @@ for r in range(rounds):
         args = [a for a in v.split("=", 1)[1].split(",") if a] if "=" in v else []
         settle()
         if name != "warm":
+            # As `warmstart demo` does: a drop keeps dirty pages, such as the database pages
+            # the last launch's prefetcher wrote, which would leave the next launcher warm.
+            os.sync()
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("3")
         env = dict(os.environ)

@@ -313,9 +313,12 @@ pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
         );
     } else {
         println!(
-            "prefetched {} data + {} metadata of {} in {:.1} ms{}",
+            "prefetched {} data + {} metadata ({} lookups, {} listings, {} inodes) of {} in {:.1} ms{}",
             human_bytes(report.data_bytes),
             human_bytes(report.metadata_bytes),
+            report.lookups,
+            report.listings,
+            report.inodes,
             row.key,
             total_ms,
             if a.wait {
