@@ -262,8 +262,8 @@ fn record_then_run_prefetches_the_workload() {
         "only {have} of {want} planned pages resident"
     );
 
-    // `prefetch --wait` without a launch: the sample file is resident when it returns, and
-    // the report counts the filesystem metadata it replayed beside the bytes.
+    // `prefetch --wait` without a launch: every planned page is resident when it returns,
+    // and the report counts the filesystem metadata it replayed beside the bytes.
     drop_caches();
     let o = run(sb.ws().args(["prefetch", "synth", "--wait"]));
     assert!(o.status.success(), "{}", text(&o));
