@@ -5,7 +5,8 @@
 //!
 //! Data flow, one module per stage:
 //! [`trace`] → [`sequence`] → [`resolve`] → [`schedule`] → [`plan`] → [`prefetch`];
-//! [`store`] keeps apps, runs and plans; [`learn`] runs the learning cycle; [`bench`] measures.
+//! [`placement`] keeps a launch and its prefetcher on separate CPUs; [`store`] keeps apps,
+//! runs and plans; [`learn`] runs the learning cycle; [`bench`] measures.
 
 pub mod app;
 pub mod bench;
@@ -16,6 +17,7 @@ pub mod device;
 pub mod ext4;
 pub mod launch;
 pub mod learn;
+pub mod placement;
 pub mod plan;
 pub mod prefetch;
 pub mod resolve;

@@ -387,6 +387,7 @@ mod tests {
             0 0 0 0 0 17 0 0 0 0 0 0 94563443133488 94563443135104 94563736330240 \
             140721531775676 140721531775696 140721531775696 140721531777003 0";
         assert_eq!(stat_field::<usize>(real, 39), Some(0));
+        assert_eq!(stat_field::<u64>(real, 22), Some(1230664));
         // The same on CPU 1, under a command name holding a space and a parenthesis.
         let odd = real
             .replace("(cat)", "(a b) c)")
@@ -515,6 +516,11 @@ fn proc_stat_field<T: std::str::FromStr>(pid: i32, n: usize) -> Option<T> {
 /// The parent of `pid` (field 4 of `/proc/<pid>/stat`).
 pub fn parent_of(pid: i32) -> Option<i32> {
     proc_stat_field(pid, 4)
+}
+
+/// When `pid` started, in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+pub fn start_time(pid: i32) -> Option<u64> {
+    proc_stat_field(pid, 22)
 }
 
 /// The CPU `pid` last ran on (field 39 of `/proc/<pid>/stat`).

@@ -317,6 +317,150 @@ fn record_then_run_prefetches_the_workload() {
     assert!(rows[0]["launches"].as_u64().unwrap() >= 4);
 }
 
+/// The CPUs in a kernel CPU list ("0-2,5").
+fn cpu_list(s: &str) -> Vec<usize> {
+    let mut v = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        v.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap());
+    }
+    v
+}
+
+#[test]
+fn run_keeps_the_app_off_the_disks_interrupt_cpu_while_prefetching() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(24, 256);
+    let o = run(sb
+        .ws()
+        .args(["record", "--runs", "1", "--app", "synth", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    // The launched command logs its CPUs, then again once they change (watching $1 times,
+    // 10 ms apart).
+    const SCRIPT: &str = r#"first=$(grep Cpus_allowed_list /proc/$$/status); echo "$first" > "$0"
+i=0; while [ $i -lt "$1" ]; do now=$(grep Cpus_allowed_list /proc/$$/status)
+if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$((i+1)); done"#;
+    let logged = |log: &Path| -> Vec<Vec<usize>> {
+        std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .map(|l| cpu_list(l.split(':').nth(1).unwrap()))
+            .collect()
+    };
+
+    drop_caches();
+    let log = sb.path().join("stats.log");
+    let o = run(sb
+        .ws()
+        .args([
+            "run", "--app", "synth", "--stats", "--json", "--", "sh", "-c", SCRIPT,
+        ])
+        .arg(&log)
+        .arg("500"));
+    assert!(o.status.success(), "{}", text(&o));
+    let stats: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .rev()
+            .find(|l| l.starts_with('{'))
+            .unwrap(),
+    )
+    .unwrap();
+    let p = &stats["placement"];
+    if p.is_null() {
+        // A multi-queue disk, or interrupts spread over CPUs: nothing to keep apart.
+        let r = "this disk's interrupts do not go to one CPU";
+        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("{r}: {p}");
+        }
+        eprintln!("skipped: {r}");
+        return;
+    }
+    let list = |k: &str| -> Vec<usize> {
+        p[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap() as usize)
+            .collect()
+    };
+    let (pinned, irq, before) = (list("app"), list("prefetcher"), list("before"));
+    assert!(!pinned.is_empty() && !pinned.contains(&irq[0]), "{p}");
+    // `run --stats`: pinned while the plan is issued, then given back.
+    assert_eq!(logged(&log), vec![pinned.clone(), before.clone()], "{p}");
+
+    // The plain `run` (the prefetcher detached, the front exec'd into the command): the same.
+    drop_caches();
+    let log = sb.path().join("run.log");
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "synth", "--", "sh", "-c", SCRIPT])
+        .arg(&log)
+        .arg("500"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(logged(&log), vec![pinned.clone(), before.clone()]);
+
+    // An app that exits at once, leaving a child behind: the child gets its CPUs back too.
+    drop_caches();
+    let pidfile = sb.path().join("orphan.pid");
+    let o = run(sb
+        .ws()
+        .args([
+            "run",
+            "--app",
+            "synth",
+            "--",
+            "sh",
+            "-c",
+            "sleep 5 >/dev/null 2>&1 & echo $! $(grep Cpus_allowed_list /proc/$!/status) > \"$0\"",
+        ])
+        .arg(&pidfile));
+    assert!(o.status.success(), "{}", text(&o));
+    let born = std::fs::read_to_string(&pidfile).unwrap();
+    let (orphan, born) = born.split_once(' ').unwrap();
+    let orphan: i32 = orphan.parse().unwrap();
+    // It was started on the application's CPUs.
+    assert_eq!(cpu_list(born.split(':').nth(1).unwrap()), pinned);
+    let cpus_of = |pid: i32| -> Vec<usize> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let l = s
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap();
+        cpu_list(l)
+    };
+    let t0 = std::time::Instant::now();
+    while cpus_of(orphan) != before && t0.elapsed() < std::time::Duration::from_secs(4) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(cpus_of(orphan), before);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(orphan),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+
+    // `--share-cpu`: left where it was.
+    drop_caches();
+    let log = sb.path().join("share.log");
+    let o = run(sb
+        .ws()
+        .args([
+            "run",
+            "--app",
+            "synth",
+            "--share-cpu",
+            "--",
+            "sh",
+            "-c",
+            SCRIPT,
+        ])
+        .arg(&log)
+        .arg("0"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(logged(&log), vec![before]);
+}
+
 #[test]
 fn sigint_during_record_restores_everything() {
     let Some(_g) = privileged() else { return };

@@ -263,8 +263,10 @@ pub struct RunArgs {
     /// unbounded); a short device queue lets the application's own reads through.
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_WINDOW / 1024)]
     pub window_kb: u64,
-    /// Let the prefetch threads run on the CPU the application starts on (by default they
-    /// keep off it, when there is another, so they never preempt its launch).
+    /// Let the application and the prefetch threads share CPUs. By default, while the plan
+    /// is issued, the application keeps off the CPU that takes the disk's interrupts and the
+    /// prefetcher runs there (a single-queue disk), or else the prefetcher keeps off the CPU
+    /// the application starts on, so it never preempts the launch.
     #[arg(long)]
     pub share_cpu: bool,
     /// Scheduling strategy: fast, trace, sorted, paralfetch, hybrid or auto (default: the

@@ -26,6 +26,7 @@ use serde_json::json;
 use super::record::{key_of, parse_strategy};
 use super::{human_bytes, RunArgs};
 use crate::launch::{exit_like, resolve_command, Forwarder, LaunchError};
+use crate::placement::{self, Placement};
 use crate::plan::Plan;
 use crate::prefetch::{PrefetchOptions, PrefetchReport, Running};
 use crate::schedule::{auto, Strategy};
@@ -136,6 +137,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         meta_jobs: a.meta_jobs as usize,
         window: a.window_kb.saturating_mul(1024),
         avoid_cpu: None,
+        placement: None,
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {
@@ -151,23 +153,32 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
             let hold = plan.hold_entries > 0;
+            let place = (!a.share_cpu).then(|| placement::for_plan(&plan)).flatten();
             let released = detach_prefetcher(
                 db.to_path_buf(),
                 app,
                 plan,
                 strategy,
-                opts,
+                PrefetchOptions {
+                    placement: place.clone(),
+                    ..opts
+                },
                 hold,
                 !a.share_cpu,
             );
             if let Some(r) = released {
                 wait_release(&r, hold_cap);
             }
+            // The application inherits this across the exec; the prefetcher gives the
+            // CPUs back once the plan is issued.
+            if let Some(p) = &place {
+                placement::pin(0, &p.app);
+            }
             exec_app(&exe, &a.command)
         }
         None if a.stats => {
             let started = Instant::now();
-            let (exit, usage) = spawn_and_wait(&exe, &a.command)?;
+            let (exit, usage) = spawn_and_wait(&exe, &a.command, None)?;
             print_stats(
                 &key.key,
                 None,
@@ -307,6 +318,8 @@ fn prefetcher_main(
     };
     let entries = plan.entries.len();
     let started = Instant::now();
+    let place = opts.placement.clone();
+    let launch_start = sys::start_time(app_pid);
     let (running, head) = match Running::start_holding(Arc::new(plan), opts) {
         Ok(r) => r,
         Err(e) => {
@@ -340,6 +353,10 @@ fn prefetcher_main(
     }
     if !exited {
         waits = waits.max(tree_waits(app_pid));
+    }
+    // Also when the app has exited: what it started may still run on the pinned CPUs.
+    if let (Some(p), Some(t)) = (&place, launch_start) {
+        placement::restore(t, p);
     }
     let report = running.stop();
     // Keep watching (asleep, no CPU) to time launches that end within T_timeout.
@@ -404,17 +421,42 @@ fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec
     }
 }
 
-fn spawn_and_wait(exe: &Path, argv: &[OsString]) -> anyhow::Result<(Exit, sys::Usage)> {
-    let child = std::process::Command::new(exe)
+/// Run the command as a child and wait for it. With a placement, the child starts on the
+/// placement's CPUs (it inherits them from this thread, which gets its own back at once) and
+/// gets its CPUs back when `running` has issued the whole plan.
+fn spawn_and_wait(
+    exe: &Path,
+    argv: &[OsString],
+    place: Option<(&Placement, &Running)>,
+) -> anyhow::Result<(Exit, sys::Usage)> {
+    if let Some((p, _)) = place {
+        placement::pin(0, &p.app);
+    }
+    let spawned = std::process::Command::new(exe)
         .arg0(&argv[0])
         .args(&argv[1..])
-        .spawn()
-        .map_err(|source| LaunchError::Exec {
-            path: exe.display().to_string(),
-            source,
-        })?;
+        .spawn();
+    if let Some((p, _)) = place {
+        placement::pin(0, &p.before);
+    }
+    let child = spawned.map_err(|source| LaunchError::Exec {
+        path: exe.display().to_string(),
+        source,
+    })?;
     let pid = child.id() as i32;
     let forwarder = Forwarder::start(pid).context("installing signal forwarding")?;
+    if let (Some((p, running)), Some(t)) = (place, sys::start_time(pid)) {
+        // Wait for the plan or the child's exit, whichever comes first.
+        if let Ok(pidfd) = sys::pidfd_open(pid) {
+            let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+            while !running.is_finished() {
+                if matches!(poll(&mut fds, PollTimeout::from(20u16)), Ok(n) if n > 0) {
+                    break;
+                }
+            }
+        }
+        placement::restore(t, p);
+    }
     let (_, exit, usage) = sys::wait4(pid, false)
         .context("waiting for the command")?
         .ok_or_else(|| anyhow::anyhow!("wait4 returned no status"))?;
@@ -443,9 +485,11 @@ fn wrapped(
     let entries = plan.entries.len();
     let hold = plan.hold_entries > 0;
     let started = Instant::now();
+    let place = (!a.share_cpu).then(|| placement::for_plan(&plan)).flatten();
     // The application is not started yet; it will most likely start on this CPU.
     let opts = PrefetchOptions {
         avoid_cpu: (!a.share_cpu).then(sys::current_cpu).flatten(),
+        placement: place.clone(),
         ..opts
     };
     let (running, head) =
@@ -456,7 +500,7 @@ fn wrapped(
     } else {
         None
     };
-    let (exit, usage) = spawn_and_wait(exe, &a.command)?;
+    let (exit, usage) = spawn_and_wait(exe, &a.command, place.as_ref().map(|p| (p, &running)))?;
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // The launch is over: stop issuing requests that can no longer help it.
     let report = running.stop();
@@ -482,7 +526,12 @@ fn wrapped(
     print_stats(
         key,
         Some(&report),
-        Some((strategy, why.as_str(), held_ms)),
+        Some(How {
+            strategy,
+            why: why.as_str(),
+            held_ms,
+            place: place.as_ref(),
+        }),
         wall_ms,
         &usage,
         true,
@@ -491,16 +540,26 @@ fn wrapped(
     exit_like(exit)
 }
 
+/// How a prefetched launch was run, for `--stats`.
+struct How<'a> {
+    strategy: Strategy,
+    why: &'a str,
+    /// How long the application was held for the plan's head.
+    held_ms: Option<f64>,
+    place: Option<&'a Placement>,
+}
+
 fn print_stats(
     app: &str,
     r: Option<&PrefetchReport>,
-    how: Option<(Strategy, &str, Option<f64>)>,
+    how: Option<How<'_>>,
     wall_ms: f64,
     usage: &crate::sys::Usage,
     // Waits are the dynamic-scheduling signal, meaningful only for a prefetched launch.
     with_waits: bool,
     json: bool,
 ) {
+    let place = how.as_ref().and_then(|h| h.place);
     let majflt = usage.major_faults;
     let waits = with_waits.then_some(usage.voluntary_switches);
     let (user_ms, sys_ms) = (usage.user_us as f64 / 1e3, usage.sys_us as f64 / 1e3);
@@ -508,15 +567,16 @@ fn print_stats(
         let v = json!({
             "app": app,
             "plan": r.is_some(),
-            "strategy": how.map(|h| h.0.name()),
-            "why": how.map(|h| h.1),
-            "held_ms": how.and_then(|h| h.2),
+            "strategy": how.as_ref().map(|h| h.strategy.name()),
+            "why": how.as_ref().map(|h| h.why),
+            "held_ms": how.as_ref().and_then(|h| h.held_ms),
             "wall_ms": wall_ms,
             "major_faults": majflt,
             "waits": waits,
             "user_ms": user_ms,
             "sys_ms": sys_ms,
             "prefetch": r,
+            "placement": place,
         });
         eprintln!("{v}");
         return;
@@ -526,11 +586,13 @@ fn print_stats(
         return;
     };
     eprintln!("warmstart: {app}");
-    if let Some((s, why, held)) = how {
+    if let Some(h) = &how {
         eprintln!(
-            "  strategy:   {} ({why}){}",
-            s.name(),
-            held.map(|h| format!("; application held {h:.1} ms for the plan's head"))
+            "  strategy:   {} ({}){}",
+            h.strategy.name(),
+            h.why,
+            h.held_ms
+                .map(|h| format!("; application held {h:.1} ms for the plan's head"))
                 .unwrap_or_default()
         );
     }
@@ -571,4 +633,17 @@ fn print_stats(
             crate::prefetch::MetadataMode::Filesystem => "filesystem lookups",
         }
     );
+    if let Some(p) = place {
+        let list = |v: &[usize]| {
+            v.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        eprintln!(
+            "  cpus:       application on {}, prefetch on {} (the disk's interrupts) until all was issued",
+            list(&p.app),
+            list(&p.prefetcher)
+        );
+    }
 }

@@ -1,0 +1,342 @@
+//! Where a prefetched launch and its prefetcher run. A disk with one hardware queue raises
+//! its completion interrupts on one CPU, and the completion work (ending the bios, unlocking
+//! the pages, waking the waiters) runs there, charged to whatever it interrupts: ~1000
+//! prefetch completions per demo launch. While the plan is issued, the application is kept
+//! off that CPU and the prefetcher on it; then the application gets its CPUs back. Measured
+//! on the demo (docs/measurements.md): 1.9-7.5 ms off a launch in five paired runs.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+
+use crate::plan::{Entry, Plan};
+use crate::sys::Dev;
+
+/// CPUs for the application and for the prefetcher while the prefetch runs, and the
+/// application's CPUs before (what it gets back).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Placement {
+    pub app: Vec<usize>,
+    pub prefetcher: Vec<usize>,
+    pub before: Vec<usize>,
+}
+
+/// The placement for a launch of `plan` from this process: `None` when the interrupts of the
+/// disk the plan reads most from do not go to one CPU this process may use, or when that is
+/// the only one.
+pub fn for_plan(plan: &Plan) -> Option<Placement> {
+    let before = allowed(0)?;
+    let irq = irq_cpu(
+        Path::new("/sys"),
+        Path::new("/proc/interrupts"),
+        main_device(plan)?,
+    )?;
+    split(&before, irq)
+}
+
+/// The device holding most of the plan's data bytes.
+fn main_device(plan: &Plan) -> Option<Dev> {
+    let mut bytes: HashMap<Dev, u64> = HashMap::new();
+    for e in &plan.entries {
+        if let Entry::Data { file, len, .. } = *e {
+            if let Some(f) = plan.files.get(file as usize) {
+                *bytes.entry(f.dev).or_default() += len;
+            }
+        }
+    }
+    bytes
+        .into_iter()
+        .max_by_key(|&(d, n)| (n, d))
+        .map(|(d, _)| d)
+}
+
+fn split(before: &[usize], irq: usize) -> Option<Placement> {
+    if !before.contains(&irq) {
+        return None;
+    }
+    let app: Vec<usize> = before.iter().copied().filter(|&c| c != irq).collect();
+    if app.is_empty() {
+        return None;
+    }
+    Some(Placement {
+        app,
+        prefetcher: vec![irq],
+        before: before.to_vec(),
+    })
+}
+
+/// The CPUs task `tid` (0 = the calling thread) may run on.
+pub fn allowed(tid: i32) -> Option<Vec<usize>> {
+    let set = sched_getaffinity(Pid::from_raw(tid)).ok()?;
+    Some(
+        (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+    )
+}
+
+/// Let task `tid` (0 = the calling thread; a process's later threads and children inherit
+/// it) run only on `cpus`.
+pub fn pin(tid: i32, cpus: &[usize]) -> bool {
+    let mut set = CpuSet::new();
+    for &c in cpus {
+        if set.set(c).is_err() {
+            return false;
+        }
+    }
+    sched_setaffinity(Pid::from_raw(tid), &set).is_ok()
+}
+
+/// Give the application's CPUs back. `launch_start` is when the launched process started
+/// (`sys::start_time`): every thread of every process started since, still on exactly
+/// `p.app`, gets `p.before`. That is the application's tree, and also what it left behind
+/// if it exited first (reparented, no longer its descendants); a process someone else
+/// started in those milliseconds and pinned to exactly those CPUs would be unpinned too.
+/// Threads started while this runs inherit whatever their creator had; a second pass
+/// catches them. Returns how many threads were changed.
+pub fn restore(launch_start: u64, p: &Placement) -> usize {
+    let mut changed = 0;
+    for _ in 0..2 {
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return changed;
+        };
+        for e in rd.filter_map(Result::ok) {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if crate::sys::start_time(pid).is_none_or(|t| t < launch_start) {
+                continue;
+            }
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for t in tasks.filter_map(Result::ok) {
+                let Ok(tid) = t.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                if allowed(tid).as_deref() == Some(&p.app[..]) && pin(tid, &p.before) {
+                    changed += 1;
+                }
+            }
+        }
+    }
+    changed
+}
+
+/// The CPU that takes (nearly) all the interrupts of the disk holding `dev`, if it has a
+/// single hardware queue. `sys` and `interrupts` are /sys and /proc/interrupts (tests pass
+/// a fake tree).
+fn irq_cpu(sys: &Path, interrupts: &Path, dev: Dev) -> Option<usize> {
+    let mut disk = std::fs::canonicalize(sys.join(format!("dev/block/{dev}"))).ok()?;
+    if disk.join("partition").exists() {
+        disk = disk.parent()?.to_path_buf();
+    }
+    // Several hardware queues: completions go back to (near) the submitting CPU.
+    let queues = std::fs::read_dir(disk.join("mq"))
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .count();
+    if queues != 1 {
+        return None;
+    }
+    let irqs = device_irqs(&std::fs::canonicalize(disk.join("device")).ok()?, sys);
+    if irqs.is_empty() {
+        return None;
+    }
+    let per_cpu = irq_counts(&std::fs::read_to_string(interrupts).ok()?, &irqs);
+    let total: u64 = per_cpu.iter().sum();
+    let (cpu, &most) = per_cpu.iter().enumerate().max_by_key(|&(_, n)| *n)?;
+    // Spread interrupts (irqbalance, several vectors on several CPUs): no one CPU to avoid.
+    (total > 0 && most * 10 >= total * 9).then_some(cpu)
+}
+
+/// The interrupt numbers of the PCI function a block device sits on (its `msi_irqs`), from
+/// the device's directory up towards `sys`.
+fn device_irqs(device: &Path, sys: &Path) -> Vec<u32> {
+    let mut dir: Option<PathBuf> = Some(device.to_path_buf());
+    while let Some(d) = dir {
+        if !d.starts_with(sys) || d == sys {
+            break;
+        }
+        if let Ok(rd) = std::fs::read_dir(d.join("msi_irqs")) {
+            let mut v: Vec<u32> = rd
+                .filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            v.sort_unstable();
+            return v;
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    Vec::new()
+}
+
+/// Per-CPU sums of the counts of `irqs` in /proc/interrupts text.
+fn irq_counts(text: &str, irqs: &[u32]) -> Vec<u64> {
+    let mut lines = text.lines();
+    let cpus = lines.next().map_or(0, |h| h.split_whitespace().count());
+    let mut sum = vec![0u64; cpus];
+    for l in lines {
+        let mut tok = l.split_whitespace();
+        let Some(n) = tok
+            .next()
+            .and_then(|t| t.strip_suffix(':'))
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !irqs.contains(&n) {
+            continue;
+        }
+        for (s, t) in sum.iter_mut().zip(tok) {
+            match t.parse::<u64>() {
+                Ok(v) => *s += v,
+                Err(_) => break,
+            }
+        }
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // This machine's /proc/interrupts (Linux 6.18, Firecracker virtio-blk on PCI), abridged.
+    const INTERRUPTS: &str = "           CPU0       CPU1       
+  28:          0          0 PCI-MSIX-0000:00:01.0   0-edge      virtio0-config
+  35:          0          1 PCI-MSIX-0000:00:02.0   0-edge      virtio1-config
+  36:          0   15712447 PCI-MSIX-0000:00:02.0   1-edge      virtio1-req.0
+  39:      16324          0 PCI-MSIX-0000:00:03.0   2-edge      virtio2-output.0
+ NMI:          0          0   Non-maskable interrupts
+ LOC:    5176251    5383410   Local timer interrupts
+";
+
+    #[test]
+    fn sums_the_counts_of_the_device_irqs_per_cpu() {
+        assert_eq!(irq_counts(INTERRUPTS, &[35, 36]), vec![0, 15712448]);
+        assert_eq!(irq_counts(INTERRUPTS, &[39]), vec![16324, 0]);
+        assert_eq!(irq_counts(INTERRUPTS, &[99]), vec![0, 0]);
+        assert_eq!(irq_counts("", &[36]), Vec::<u64>::new());
+    }
+
+    /// A fake /sys: /sys/dev/block/254:1 -> a partition of vda on a PCI function with two
+    /// MSI vectors.
+    fn fake_sys(root: &Path, queues: usize) {
+        let pci = root.join("devices/pci0000:00/0000:00:02.0");
+        let disk = pci.join("virtio1/block/vda");
+        std::fs::create_dir_all(disk.join("vda1")).unwrap();
+        std::fs::write(disk.join("vda1/partition"), "1\n").unwrap();
+        for q in 0..queues {
+            std::fs::create_dir_all(disk.join(format!("mq/{q}"))).unwrap();
+        }
+        std::fs::create_dir_all(pci.join("msi_irqs")).unwrap();
+        for n in ["35", "36"] {
+            std::fs::write(pci.join("msi_irqs").join(n), "msix\n").unwrap();
+        }
+        std::os::unix::fs::symlink(pci.join("virtio1"), disk.join("device")).unwrap();
+        std::fs::create_dir_all(root.join("dev/block")).unwrap();
+        std::os::unix::fs::symlink(disk.join("vda1"), root.join("dev/block/254:1")).unwrap();
+    }
+
+    #[test]
+    fn finds_the_interrupt_cpu_of_a_single_queue_disk() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        fake_sys(&root, 1);
+        let irqs = root.join("interrupts");
+        std::fs::write(&irqs, INTERRUPTS).unwrap();
+        let dev = Dev {
+            major: 254,
+            minor: 1,
+        };
+        assert_eq!(irq_cpu(&root, &irqs, dev), Some(1));
+        // Interrupts spread over the CPUs: nothing to avoid.
+        std::fs::write(
+            &irqs,
+            INTERRUPTS.replace("       0   15712447", "  7000000    8712447"),
+        )
+        .unwrap();
+        assert_eq!(irq_cpu(&root, &irqs, dev), None);
+    }
+
+    #[test]
+    fn a_multi_queue_disk_has_no_interrupt_cpu() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        fake_sys(&root, 2);
+        let irqs = root.join("interrupts");
+        std::fs::write(&irqs, INTERRUPTS).unwrap();
+        let dev = Dev {
+            major: 254,
+            minor: 1,
+        };
+        assert_eq!(irq_cpu(&root, &irqs, dev), None);
+    }
+
+    #[test]
+    fn splits_the_cpus_around_the_interrupt_cpu() {
+        assert_eq!(
+            split(&[0, 1], 1),
+            Some(Placement {
+                app: vec![0],
+                prefetcher: vec![1],
+                before: vec![0, 1]
+            })
+        );
+        assert_eq!(split(&[0, 2, 3], 2).map(|p| p.app), Some(vec![0, 3]));
+        // Only the interrupt CPU, or not allowed to use it: leave things as they are.
+        assert_eq!(split(&[1], 1), None);
+        assert_eq!(split(&[0, 2], 1), None);
+    }
+
+    #[test]
+    fn restores_what_was_pinned_since_the_launch_and_nothing_else() {
+        let before = allowed(0).expect("affinity");
+        if before.len() < 2 {
+            crate::testutil::skip("needs two CPUs");
+            return;
+        }
+        let p = split(&before, before[before.len() - 1]).expect("placement");
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .unwrap()
+        };
+        // Started before the launch, and pinned like it: not the launch's.
+        let mut old = sleep();
+        let launch_start = {
+            // Start times have clock-tick resolution: wait for the next tick.
+            let t0 = crate::sys::start_time(old.id() as i32).unwrap();
+            loop {
+                let mut c = sleep();
+                let t = crate::sys::start_time(c.id() as i32).unwrap();
+                let _ = c.kill();
+                let _ = c.wait();
+                if t > t0 {
+                    break t;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        };
+        let (mut a, mut b) = (sleep(), sleep());
+        let (po, pa, pb) = (old.id() as i32, a.id() as i32, b.id() as i32);
+        assert!(pin(po, &p.app) && pin(pa, &p.app) && pin(pb, &p.app));
+        // `b` chose its own CPUs since: restore must leave it alone.
+        assert!(pin(pb, &p.prefetcher));
+        assert!(restore(launch_start, &p) >= 1);
+        assert_eq!(allowed(pa), Some(before.clone()));
+        assert_eq!(allowed(pb), Some(p.prefetcher.clone()));
+        assert_eq!(allowed(po), Some(p.app.clone()));
+        for c in [&mut old, &mut a, &mut b] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
