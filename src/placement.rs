@@ -226,8 +226,11 @@ mod tests {
     }
 
     /// A fake /sys: /sys/dev/block/254:1 -> a partition of vda on a PCI function with two
-    /// MSI vectors.
-    fn fake_sys(root: &Path, queues: usize) {
+    /// MSI vectors, and this machine's /proc/interrupts. Returns the directory (keep it),
+    /// the /sys root and the interrupts file.
+    fn fake_sys(queues: usize) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
         let pci = root.join("devices/pci0000:00/0000:00:02.0");
         let disk = pci.join("virtio1/block/vda");
         std::fs::create_dir_all(disk.join("vda1")).unwrap();
@@ -242,41 +245,33 @@ mod tests {
         std::os::unix::fs::symlink(pci.join("virtio1"), disk.join("device")).unwrap();
         std::fs::create_dir_all(root.join("dev/block")).unwrap();
         std::os::unix::fs::symlink(disk.join("vda1"), root.join("dev/block/254:1")).unwrap();
+        let irqs = root.join("interrupts");
+        std::fs::write(&irqs, INTERRUPTS).unwrap();
+        (t, root, irqs)
     }
+
+    const VDA1: Dev = Dev {
+        major: 254,
+        minor: 1,
+    };
 
     #[test]
     fn finds_the_interrupt_cpu_of_a_single_queue_disk() {
-        let t = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(t.path()).unwrap();
-        fake_sys(&root, 1);
-        let irqs = root.join("interrupts");
-        std::fs::write(&irqs, INTERRUPTS).unwrap();
-        let dev = Dev {
-            major: 254,
-            minor: 1,
-        };
-        assert_eq!(irq_cpu(&root, &irqs, dev), Some(1));
+        let (_t, root, irqs) = fake_sys(1);
+        assert_eq!(irq_cpu(&root, &irqs, VDA1), Some(1));
         // Interrupts spread over the CPUs: nothing to avoid.
         std::fs::write(
             &irqs,
             INTERRUPTS.replace("       0   15712447", "  7000000    8712447"),
         )
         .unwrap();
-        assert_eq!(irq_cpu(&root, &irqs, dev), None);
+        assert_eq!(irq_cpu(&root, &irqs, VDA1), None);
     }
 
     #[test]
     fn a_multi_queue_disk_has_no_interrupt_cpu() {
-        let t = tempfile::tempdir().unwrap();
-        let root = std::fs::canonicalize(t.path()).unwrap();
-        fake_sys(&root, 2);
-        let irqs = root.join("interrupts");
-        std::fs::write(&irqs, INTERRUPTS).unwrap();
-        let dev = Dev {
-            major: 254,
-            minor: 1,
-        };
-        assert_eq!(irq_cpu(&root, &irqs, dev), None);
+        let (_t, root, irqs) = fake_sys(2);
+        assert_eq!(irq_cpu(&root, &irqs, VDA1), None);
     }
 
     #[test]

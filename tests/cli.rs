@@ -4,6 +4,7 @@
 //! (set by .ci/run) a skip is a failure. Privileged tests drop caches and change kernel
 //! knobs, so they run one at a time (PRIV lock).
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -41,6 +42,17 @@ impl Sandbox {
         let mut c = Command::new(WS);
         c.env("WARMSTART_DB", self.db()).env_remove("WARMSTART_LOG");
         c
+    }
+    /// Generate the synthetic workload and learn it as app `name` from one run; returns its
+    /// directory.
+    fn learned(&self, name: &str, files: usize, size_kb: usize) -> PathBuf {
+        let app = self.workload(files, size_kb);
+        let o = run(self
+            .ws()
+            .args(["record", "--runs", "1", "--app", name, "--"])
+            .args(synth_launch(&app)));
+        assert!(o.status.success(), "{}", text(&o));
+        app
     }
     /// Generate the synthetic workload; returns its directory.
     fn workload(&self, files: usize, size_kb: usize) -> PathBuf {
@@ -155,8 +167,18 @@ fn assert_kernel_clean(before: &[(PathBuf, String)]) {
     );
 }
 
+/// The last JSON line on stdout.
 fn json(o: &Output) -> serde_json::Value {
-    let s = String::from_utf8_lossy(&o.stdout);
+    last_json(&o.stdout, o)
+}
+
+/// The last JSON line on stderr (`run --stats --json` reports there; stdout is the app's).
+fn stderr_json(o: &Output) -> serde_json::Value {
+    last_json(&o.stderr, o)
+}
+
+fn last_json(stream: &[u8], o: &Output) -> serde_json::Value {
+    let s = String::from_utf8_lossy(stream);
     let line = s
         .lines()
         .rev()
@@ -292,14 +314,7 @@ fn record_then_run_prefetches_the_workload() {
         ws_faults * 4 < cold_faults,
         "major faults: cold {cold_faults}, warmstart {ws_faults}"
     );
-    let stats: serde_json::Value = serde_json::from_str(
-        String::from_utf8_lossy(&o.stderr)
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .unwrap(),
-    )
-    .unwrap();
+    let stats = stderr_json(&o);
     assert_eq!(stats["plan"], true);
     // The app's own CPU time is reported: the synthetic workload burns CPU between reads.
     let cpu_ms = stats["user_ms"].as_f64().unwrap() + stats["sys_ms"].as_f64().unwrap();
@@ -331,43 +346,40 @@ fn cpu_list(s: &str) -> Vec<usize> {
 fn run_keeps_the_app_off_the_disks_interrupt_cpu_while_prefetching() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
-    let app = sb.workload(24, 256);
-    let o = run(sb
-        .ws()
-        .args(["record", "--runs", "1", "--app", "synth", "--"])
-        .args(synth_launch(&app)));
-    assert!(o.status.success(), "{}", text(&o));
+    sb.learned("synth", 24, 256);
+    // A cold `run` of the synth plan launching `sh -c script args...`.
+    let launch = |options: &[&str], script: &str, args: &[&OsStr]| -> Output {
+        drop_caches();
+        let o = run(sb
+            .ws()
+            .args(["run", "--app", "synth"])
+            .args(options)
+            .args(["--", "sh", "-c", script])
+            .args(args));
+        assert!(o.status.success(), "{}", text(&o));
+        o
+    };
     // The launched command logs its CPUs, then again once they change (watching $1 times,
     // 10 ms apart).
     const SCRIPT: &str = r#"first=$(grep Cpus_allowed_list /proc/$$/status); echo "$first" > "$0"
 i=0; while [ $i -lt "$1" ]; do now=$(grep Cpus_allowed_list /proc/$$/status)
 if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$((i+1)); done"#;
+    let cpus = |line: &str| cpu_list(line.split(':').nth(1).unwrap());
     let logged = |log: &Path| -> Vec<Vec<usize>> {
         std::fs::read_to_string(log)
             .unwrap()
             .lines()
-            .map(|l| cpu_list(l.split(':').nth(1).unwrap()))
+            .map(cpus)
             .collect()
     };
 
-    drop_caches();
     let log = sb.path().join("stats.log");
-    let o = run(sb
-        .ws()
-        .args([
-            "run", "--app", "synth", "--stats", "--json", "--", "sh", "-c", SCRIPT,
-        ])
-        .arg(&log)
-        .arg("500"));
-    assert!(o.status.success(), "{}", text(&o));
-    let stats: serde_json::Value = serde_json::from_str(
-        String::from_utf8_lossy(&o.stderr)
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .unwrap(),
-    )
-    .unwrap();
+    let o = launch(
+        &["--stats", "--json"],
+        SCRIPT,
+        &[log.as_os_str(), OsStr::new("500")],
+    );
+    let stats = stderr_json(&o);
     let p = &stats["placement"];
     if p.is_null() {
         // A multi-queue disk, or interrupts spread over CPUs: nothing to keep apart.
@@ -391,48 +403,33 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
     assert_eq!(logged(&log), vec![pinned.clone(), before.clone()], "{p}");
 
     // The plain `run` (the prefetcher detached, the front exec'd into the command): the same.
-    drop_caches();
     let log = sb.path().join("run.log");
-    let o = run(sb
-        .ws()
-        .args(["run", "--app", "synth", "--", "sh", "-c", SCRIPT])
-        .arg(&log)
-        .arg("500"));
-    assert!(o.status.success(), "{}", text(&o));
+    launch(&[], SCRIPT, &[log.as_os_str(), OsStr::new("500")]);
     assert_eq!(logged(&log), vec![pinned.clone(), before.clone()]);
 
     // An app that exits at once, leaving a child behind: the child gets its CPUs back too.
-    drop_caches();
     let pidfile = sb.path().join("orphan.pid");
-    let o = run(sb
-        .ws()
-        .args([
-            "run",
-            "--app",
-            "synth",
-            "--",
-            "sh",
-            "-c",
-            "sleep 5 >/dev/null 2>&1 & echo $! $(grep Cpus_allowed_list /proc/$!/status) > \"$0\"",
-        ])
-        .arg(&pidfile));
-    assert!(o.status.success(), "{}", text(&o));
+    launch(
+        &[],
+        "sleep 5 >/dev/null 2>&1 & echo $! $(grep Cpus_allowed_list /proc/$!/status) > \"$0\"",
+        &[pidfile.as_os_str()],
+    );
     let born = std::fs::read_to_string(&pidfile).unwrap();
     let (orphan, born) = born.split_once(' ').unwrap();
     let orphan: i32 = orphan.parse().unwrap();
     // It was started on the application's CPUs.
-    assert_eq!(cpu_list(born.split(':').nth(1).unwrap()), pinned);
-    let cpus_of = |pid: i32| -> Vec<usize> {
+    assert_eq!(cpus(born), pinned);
+    let cpus_of = |pid: i32| {
         let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let l = s
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap();
-        cpu_list(l)
+        cpus(
+            s.lines()
+                .find(|l| l.starts_with("Cpus_allowed_list:"))
+                .unwrap(),
+        )
     };
-    let t0 = std::time::Instant::now();
-    while cpus_of(orphan) != before && t0.elapsed() < std::time::Duration::from_secs(4) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let t0 = Instant::now();
+    while cpus_of(orphan) != before && t0.elapsed() < Duration::from_secs(4) {
+        std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(cpus_of(orphan), before);
     let _ = nix::sys::signal::kill(
@@ -441,23 +438,12 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
     );
 
     // `--share-cpu`: left where it was.
-    drop_caches();
     let log = sb.path().join("share.log");
-    let o = run(sb
-        .ws()
-        .args([
-            "run",
-            "--app",
-            "synth",
-            "--share-cpu",
-            "--",
-            "sh",
-            "-c",
-            SCRIPT,
-        ])
-        .arg(&log)
-        .arg("0"));
-    assert!(o.status.success(), "{}", text(&o));
+    launch(
+        &["--share-cpu"],
+        SCRIPT,
+        &[log.as_os_str(), OsStr::new("0")],
+    );
     assert_eq!(logged(&log), vec![before]);
 }
 
@@ -757,12 +743,7 @@ fn failing_command_is_not_learned() {
 fn corrupt_plan_is_reported_and_run_still_launches() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
-    let app = sb.workload(6, 32);
-    let o = run(sb
-        .ws()
-        .args(["record", "--runs", "1", "--app", "c", "--"])
-        .args(synth_launch(&app)));
-    assert!(o.status.success(), "{}", text(&o));
+    let app = sb.learned("c", 6, 32);
     {
         let mut store = Store::open(&sb.db()).unwrap();
         let row = store.find_app("c").unwrap();
@@ -792,12 +773,7 @@ fn corrupt_plan_is_reported_and_run_still_launches() {
 fn replaced_and_deleted_files_are_counted_stale() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
-    let app = sb.workload(10, 32);
-    let o = run(sb
-        .ws()
-        .args(["record", "--runs", "1", "--app", "s", "--"])
-        .args(synth_launch(&app)));
-    assert!(o.status.success(), "{}", text(&o));
+    let app = sb.learned("s", 10, 32);
     // Replace one file (new inode), edit another (size and mtime), delete a third.
     let p = |i: usize| {
         app.join(["lib", "share", "plugins"][i % 3])
@@ -1159,12 +1135,7 @@ fn every_strategy_has_a_plan_and_runs() {
 fn dynamic_scheduling_raises_paralfetch_after_waiting_launches() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
-    let app = sb.workload(24, 128);
-    let o = run(sb
-        .ws()
-        .args(["record", "--runs", "1", "--app", "dyn", "--"])
-        .args(synth_launch(&app)));
-    assert!(o.status.success(), "{}", text(&o));
+    let app = sb.learned("dyn", 24, 128);
     let before = json(&run(sb.ws().args([
         "plan",
         "show",
