@@ -6,9 +6,12 @@
 A VARIANT is NAME=ARGS: ARGS (comma-separated) are added to `warmstart run`, e.g.
 `nowin=--window-kb=0`; ARGS that start with @PATH run the warmstart binary at PATH instead
 (e.g. `old=@/tmp/warmstart-old` to compare two builds), and ARGS of the form +NAME=VALUE set
-an environment variable for that variant only. Two names are special: `cold` runs CMD bare after dropping the page
+an environment variable for that variant only; an ARG of the form %FILE:FILE... reads those
+files into the page cache after the drop, just before the launch (what a launch would gain if
+they were warm). Two names are special: `cold` runs CMD bare after dropping the page
 cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
-(after a `sync`, as `warmstart demo` does).
+(after a `sync`, as `warmstart demo` does), except one whose name starts with `warm`
+(`warmrun=`: warmstart on a warm cache, its fixed cost).
 The order of the variants alternates from round to round.
 
 This VM's CPU speed drifts by ±30% between launches, so single medians mislead; printed are
@@ -62,12 +65,18 @@ for r in range(rounds):
     for name, v in order if r % 2 == 0 else order[::-1]:
         args = [a for a in v.split("=", 1)[1].split(",") if a] if "=" in v else []
         settle()
-        if name != "warm":
+        if not name.startswith("warm"):
             # As `warmstart demo` does: a drop keeps dirty pages, such as the database pages
             # the last launch's prefetcher wrote, which would leave the next launcher warm.
             os.sync()
             with open("/proc/sys/vm/drop_caches", "w") as f:
                 f.write("3")
+        for a in [a for a in args if a.startswith("%")]:
+            for path in a[1:].split(":"):
+                with open(path, "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+        args = [a for a in args if not a.startswith("%")]
         env = dict(os.environ)
         for a in [a for a in args if a.startswith("+")]:
             k, _, val = a[1:].partition("=")
