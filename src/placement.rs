@@ -108,17 +108,25 @@ pub fn restore(launch_start: u64, p: &Placement) -> usize {
             let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
                 continue;
             };
-            if crate::sys::start_time(pid).is_none_or(|t| t < launch_start) {
-                continue;
-            }
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
                 continue;
             };
+            // The start time (a /proc text read) only for a process with a pinned thread.
+            let mut since_launch = None;
             for t in tasks.filter_map(Result::ok) {
                 let Ok(tid) = t.file_name().to_string_lossy().parse::<i32>() else {
                     continue;
                 };
-                if allowed(tid).as_deref() == Some(&p.app[..]) && pin(tid, &p.before) {
+                if allowed(tid).as_deref() != Some(&p.app[..]) {
+                    continue;
+                }
+                let ours = *since_launch.get_or_insert_with(|| {
+                    crate::sys::start_time(pid).is_some_and(|t| t >= launch_start)
+                });
+                if !ours {
+                    break;
+                }
+                if pin(tid, &p.before) {
                     changed += 1;
                 }
             }
