@@ -157,8 +157,8 @@ fn irq_cpu(sys: &Path, interrupts: &Path, dev: Dev) -> Option<usize> {
         return None;
     }
     let per_cpu = irq_counts(&std::fs::read_to_string(interrupts).ok()?, &irqs);
-    let total: u64 = per_cpu.iter().sum();
-    let (cpu, &most) = per_cpu.iter().enumerate().max_by_key(|&(_, n)| *n)?;
+    let total: u64 = per_cpu.iter().map(|&(_, n)| n).sum();
+    let &(cpu, most) = per_cpu.iter().max_by_key(|&&(_, n)| n)?;
     // Spread interrupts (irqbalance, several vectors on several CPUs): no one CPU to avoid.
     (total > 0 && most * 10 >= total * 9).then_some(cpu)
 }
@@ -184,11 +184,17 @@ fn device_irqs(device: &Path, sys: &Path) -> Vec<u32> {
     Vec::new()
 }
 
-/// Per-CPU sums of the counts of `irqs` in /proc/interrupts text.
-fn irq_counts(text: &str, irqs: &[u32]) -> Vec<u64> {
+/// (CPU, sum of the counts of `irqs`) for each CPU column of /proc/interrupts text. The
+/// columns are the online CPUs, named in the header ("CPU0 CPU2" with CPU 1 offline).
+fn irq_counts(text: &str, irqs: &[u32]) -> Vec<(usize, u64)> {
     let mut lines = text.lines();
-    let cpus = lines.next().map_or(0, |h| h.split_whitespace().count());
-    let mut sum = vec![0u64; cpus];
+    let mut sum: Vec<(usize, u64)> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .map_while(|c| c.strip_prefix("CPU")?.parse().ok())
+        .map(|c| (c, 0))
+        .collect();
     for l in lines {
         let mut tok = l.split_whitespace();
         let Some(n) = tok
@@ -201,7 +207,7 @@ fn irq_counts(text: &str, irqs: &[u32]) -> Vec<u64> {
         if !irqs.contains(&n) {
             continue;
         }
-        for (s, t) in sum.iter_mut().zip(tok) {
+        for ((_, s), t) in sum.iter_mut().zip(tok) {
             match t.parse::<u64>() {
                 Ok(v) => *s += v,
                 Err(_) => break,
@@ -227,10 +233,16 @@ mod tests {
 
     #[test]
     fn sums_the_counts_of_the_device_irqs_per_cpu() {
-        assert_eq!(irq_counts(INTERRUPTS, &[35, 36]), vec![0, 15712448]);
-        assert_eq!(irq_counts(INTERRUPTS, &[39]), vec![16324, 0]);
-        assert_eq!(irq_counts(INTERRUPTS, &[99]), vec![0, 0]);
-        assert_eq!(irq_counts("", &[36]), Vec::<u64>::new());
+        assert_eq!(
+            irq_counts(INTERRUPTS, &[35, 36]),
+            vec![(0, 0), (1, 15712448)]
+        );
+        assert_eq!(irq_counts(INTERRUPTS, &[39]), vec![(0, 16324), (1, 0)]);
+        assert_eq!(irq_counts(INTERRUPTS, &[99]), vec![(0, 0), (1, 0)]);
+        assert_eq!(irq_counts("", &[36]), vec![]);
+        // CPU 1 offline: the second column is CPU 2.
+        let offline = INTERRUPTS.replace("CPU1", "CPU2");
+        assert_eq!(irq_counts(&offline, &[36]), vec![(0, 0), (2, 15712447)]);
     }
 
     /// A fake /sys: /sys/dev/block/254:1 -> a partition of vda on a PCI function with two
