@@ -10,11 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
-use nix::unistd::Pid;
-
 use crate::plan::{Entry, Plan};
-use crate::sys::Dev;
+use crate::sys::{affinity, cpus_without, set_affinity, Dev};
 
 /// CPUs for the application and for the prefetcher while the prefetch runs, and the
 /// application's CPUs before (what it gets back).
@@ -29,7 +26,7 @@ pub struct Placement {
 /// disk the plan reads most from do not go to one CPU this process may use, or when that is
 /// the only one.
 pub fn for_plan(plan: &Plan) -> Option<Placement> {
-    let before = allowed(0)?;
+    let before = affinity(0)?;
     let irq = irq_cpu(
         Path::new("/sys"),
         Path::new("/proc/interrupts"),
@@ -55,40 +52,11 @@ fn main_device(plan: &Plan) -> Option<Dev> {
 }
 
 fn split(before: &[usize], irq: usize) -> Option<Placement> {
-    if !before.contains(&irq) {
-        return None;
-    }
-    let app: Vec<usize> = before.iter().copied().filter(|&c| c != irq).collect();
-    if app.is_empty() {
-        return None;
-    }
     Some(Placement {
-        app,
+        app: cpus_without(before, irq)?,
         prefetcher: vec![irq],
         before: before.to_vec(),
     })
-}
-
-/// The CPUs task `tid` (0 = the calling thread) may run on.
-pub fn allowed(tid: i32) -> Option<Vec<usize>> {
-    let set = sched_getaffinity(Pid::from_raw(tid)).ok()?;
-    Some(
-        (0..CpuSet::count())
-            .filter(|&c| set.is_set(c).unwrap_or(false))
-            .collect(),
-    )
-}
-
-/// Let task `tid` (0 = the calling thread; a process's later threads and children inherit
-/// it) run only on `cpus`.
-pub fn pin(tid: i32, cpus: &[usize]) -> bool {
-    let mut set = CpuSet::new();
-    for &c in cpus {
-        if set.set(c).is_err() {
-            return false;
-        }
-    }
-    sched_setaffinity(Pid::from_raw(tid), &set).is_ok()
 }
 
 /// Give the application's CPUs back. `launch_start` is when the launched process started
@@ -117,7 +85,7 @@ pub fn restore(launch_start: u64, p: &Placement) -> usize {
                 let Ok(tid) = t.file_name().to_string_lossy().parse::<i32>() else {
                     continue;
                 };
-                if allowed(tid).as_deref() != Some(&p.app[..]) {
+                if affinity(tid).as_deref() != Some(&p.app[..]) {
                     continue;
                 }
                 let ours = *since_launch.get_or_insert_with(|| {
@@ -126,7 +94,7 @@ pub fn restore(launch_start: u64, p: &Placement) -> usize {
                 if !ours {
                     break;
                 }
-                if pin(tid, &p.before) {
+                if set_affinity(tid, &p.before) {
                     changed += 1;
                 }
             }
@@ -312,7 +280,7 @@ mod tests {
 
     #[test]
     fn restores_what_was_pinned_since_the_launch_and_nothing_else() {
-        let before = allowed(0).expect("affinity");
+        let before = affinity(0).expect("affinity");
         if before.len() < 2 {
             crate::testutil::skip("needs two CPUs");
             return;
@@ -342,13 +310,13 @@ mod tests {
         };
         let (mut a, mut b) = (sleep(), sleep());
         let (po, pa, pb) = (old.id() as i32, a.id() as i32, b.id() as i32);
-        assert!(pin(po, &p.app) && pin(pa, &p.app) && pin(pb, &p.app));
+        assert!(set_affinity(po, &p.app) && set_affinity(pa, &p.app) && set_affinity(pb, &p.app));
         // `b` chose its own CPUs since: restore must leave it alone.
-        assert!(pin(pb, &p.prefetcher));
+        assert!(set_affinity(pb, &p.prefetcher));
         assert!(restore(launch_start, &p) >= 1);
-        assert_eq!(allowed(pa), Some(before.clone()));
-        assert_eq!(allowed(pb), Some(p.prefetcher.clone()));
-        assert_eq!(allowed(po), Some(p.app.clone()));
+        assert_eq!(affinity(pa), Some(before.clone()));
+        assert_eq!(affinity(pb), Some(p.prefetcher.clone()));
+        assert_eq!(affinity(po), Some(p.app.clone()));
         for c in [&mut old, &mut a, &mut b] {
             let _ = c.kill();
             let _ = c.wait();

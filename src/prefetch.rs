@@ -863,7 +863,7 @@ impl Running {
                 // Measured on the demo (docs/measurements.md): off its CPU, the app's off-CPU
                 // time fell by 4-5 ms; on its CPU it rose by 13 ms.
                 if let Some(p) = &opts.placement {
-                    crate::placement::pin(0, &p.prefetcher);
+                    sys::set_affinity(0, &p.prefetcher);
                 } else if let Some(cpu) = opts.avoid_cpu {
                     sys::keep_off_cpu(cpu);
                 }

@@ -545,24 +545,33 @@ pub fn cpus_without(allowed: &[usize], cpu: usize) -> Option<Vec<usize>> {
 /// Keep the calling thread (and the threads it starts afterwards) off `cpu`, if it may run
 /// anywhere else. Returns whether the affinity changed.
 pub fn keep_off_cpu(cpu: usize) -> bool {
-    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
-    use nix::unistd::Pid;
-    let Ok(now) = sched_getaffinity(Pid::from_raw(0)) else {
-        return false;
-    };
-    let allowed: Vec<usize> = (0..CpuSet::count())
-        .filter(|&c| now.is_set(c).unwrap_or(false))
-        .collect();
-    let Some(keep) = cpus_without(&allowed, cpu) else {
-        return false;
-    };
+    affinity(0)
+        .and_then(|now| cpus_without(&now, cpu))
+        .is_some_and(|keep| set_affinity(0, &keep))
+}
+
+/// The CPUs task `tid` (0 = the calling thread) may run on.
+pub fn affinity(tid: i32) -> Option<Vec<usize>> {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let set = sched_getaffinity(nix::unistd::Pid::from_raw(tid)).ok()?;
+    Some(
+        (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+    )
+}
+
+/// Let task `tid` (0 = the calling thread; threads and children it starts later inherit it)
+/// run only on `cpus`. Returns whether the affinity was set.
+pub fn set_affinity(tid: i32, cpus: &[usize]) -> bool {
+    use nix::sched::{sched_setaffinity, CpuSet};
     let mut set = CpuSet::new();
-    for c in keep {
+    for &c in cpus {
         if set.set(c).is_err() {
             return false;
         }
     }
-    sched_setaffinity(Pid::from_raw(0), &set).is_ok()
+    sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).is_ok()
 }
 
 /// All live descendants of `pid`, from the ppid links in /proc.

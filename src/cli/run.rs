@@ -172,7 +172,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             // The application inherits this across the exec; the prefetcher gives the
             // CPUs back once the plan is issued.
             if let Some(p) = &place {
-                placement::pin(0, &p.app);
+                sys::set_affinity(0, &p.app);
             }
             exec_app(&exe, &a.command)
         }
@@ -430,14 +430,14 @@ fn spawn_and_wait(
     place: Option<(&Placement, &Running)>,
 ) -> anyhow::Result<(Exit, sys::Usage)> {
     if let Some((p, _)) = place {
-        placement::pin(0, &p.app);
+        sys::set_affinity(0, &p.app);
     }
     let spawned = std::process::Command::new(exe)
         .arg0(&argv[0])
         .args(&argv[1..])
         .spawn();
     if let Some((p, _)) = place {
-        placement::pin(0, &p.before);
+        sys::set_affinity(0, &p.before);
     }
     let child = spawned.map_err(|source| LaunchError::Exec {
         path: exe.display().to_string(),
