@@ -8,7 +8,9 @@ A VARIANT is NAME=ARGS: ARGS (comma-separated) are added to `warmstart run`, e.g
 (e.g. `old=@/tmp/warmstart-old` to compare two builds), and ARGS of the form +NAME=VALUE set
 an environment variable for that variant only; an ARG of the form %FILE:FILE... reads those
 files into the page cache after the drop, just before the launch (what a launch would gain if
-they were warm). Two names are special: `cold` runs CMD bare after dropping the page
+they were warm); an ARG of the form ^FILE=VALUE writes VALUE to a sysfs or procfs FILE for
+that variant's launches (e.g. `^/sys/fs/ext4/vda/inode_readahead_blks=512`) and puts the old
+value back after each. Two names are special: `cold` runs CMD bare after dropping the page
 cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
 (after a `sync`, as `warmstart demo` does), except one whose name starts with `warm`
 (`warmrun=`: warmstart on a warm cache, its fixed cost).
@@ -77,6 +79,18 @@ for r in range(rounds):
                     while f.read(1 << 20):
                         pass
         args = [a for a in args if not a.startswith("%")]
+        knobs = []
+        for a in [a for a in args if a.startswith("^")]:
+            path, _, val = a[1:].partition("=")
+            with open(path) as f:
+                old = f.read().strip()
+            # A choice file (`none [mq-deadline] kyber`) shows its setting in brackets.
+            if "[" in old:
+                old = old.split("[", 1)[1].split("]", 1)[0]
+            knobs.append((path, old))
+            with open(path, "w") as f:
+                f.write(val)
+        args = [a for a in args if not a.startswith("^")]
         env = dict(os.environ)
         for a in [a for a in args if a.startswith("+")]:
             k, _, val = a[1:].partition("=")
@@ -90,6 +104,9 @@ for r in range(rounds):
         p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         _, status, ru = os.wait4(p.pid, 0)
         ms = (time.perf_counter() - t) * 1e3
+        for path, old in reversed(knobs):
+            with open(path, "w") as f:
+                f.write(old)
         if status != 0:
             sys.exit(f"ab: {name} exited with status {status}")
         wall[name].append(ms)
