@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::plan::{Entry, Plan};
 use crate::resolve::{FileId, FileKind};
 use crate::sys::{self, Dev};
+use crate::trace::knobs;
 
 #[derive(Clone, Debug)]
 pub struct PrefetchOptions {
@@ -36,6 +37,43 @@ pub struct PrefetchOptions {
     /// The launch's CPU split (`placement`): the prefetch threads run on its prefetcher
     /// CPUs; takes precedence over `avoid_cpu`.
     pub placement: Option<crate::placement::Placement>,
+    /// Hold ext4's inode readahead off until the plan is issued (`knobs::KnobGuard`); None
+    /// leaves it alone. With it on, each inode-table block a lookup reads brings the 31
+    /// after it: bandwidth the data then waits for. Measured on the demo
+    /// (docs/measurements.md): off from the launch's start, its off-CPU time fell by 2.6 ms.
+    pub inode_readahead_off: Option<KnobHold>,
+}
+
+/// Where a prefetch's inode-readahead hold comes from.
+#[derive(Clone, Debug)]
+pub enum KnobHold {
+    /// Take one beside the workers, with the settings under these paths.
+    Take(KnobPaths),
+    /// One the launcher took already (from before the plan was read, so it covers the whole
+    /// launch); released once the plan is issued.
+    Held(Arc<Mutex<Option<knobs::KnobGuard>>>),
+}
+
+impl KnobHold {
+    pub fn held(g: knobs::KnobGuard) -> KnobHold {
+        KnobHold::Held(Arc::new(Mutex::new(Some(g))))
+    }
+}
+
+/// Where the kernel settings a prefetch may change live (the real ones by default).
+#[derive(Clone, Debug)]
+pub struct KnobPaths {
+    pub sys_ext4: std::path::PathBuf,
+    pub run_dir: std::path::PathBuf,
+}
+
+impl Default for KnobPaths {
+    fn default() -> Self {
+        KnobPaths {
+            sys_ext4: knobs::SYS_EXT4.into(),
+            run_dir: knobs::RUN_DIR.into(),
+        }
+    }
 }
 
 /// Default worker count. Measured on this machine (docs/measurements.md): 4 workers
@@ -66,6 +104,7 @@ impl Default for PrefetchOptions {
             window: DEFAULT_WINDOW,
             avoid_cpu: None,
             placement: None,
+            inode_readahead_off: None,
         }
     }
 }
@@ -96,7 +135,7 @@ pub struct PrefetchReport {
     pub inodes: u64,
     pub inodes_stale: u64,
     /// Names in listed directories stat'ed because their inode shares an inode-table block
-    /// with one loaded by handle (see `Engine::list_dir`).
+    /// with one the plan loads by handle or opens (see `Engine::list_dir`).
     pub names_stated: u64,
     pub files_opened: u32,
     pub files_stale: u32,
@@ -114,6 +153,8 @@ pub struct PrefetchReport {
     pub first_request_us: f64,
     /// Stopped because the application exited first.
     pub stopped_early: bool,
+    /// ext4's inode readahead was held off while issuing (`inode_readahead_off`).
+    pub inode_readahead_off: bool,
 }
 
 enum Slot {
@@ -365,8 +406,8 @@ struct Engine<'a> {
     start: Instant,
     /// In-flight budget of each data worker.
     window: u64,
-    /// `handle_blocks` of the plan.
-    handle_blocks: HashSet<(Dev, u64)>,
+    /// `planned_blocks` of the plan.
+    planned_blocks: HashSet<(Dev, u64)>,
 }
 
 /// Inodes per inode-table block assumed when grouping inode numbers: 256-byte inodes in
@@ -379,19 +420,19 @@ fn itable_block(ino: u64) -> u64 {
     ino.saturating_sub(1) / INODES_PER_BLOCK
 }
 
-/// Per filesystem, the inode-table blocks of the inodes the plan loads by handle: the blocks
-/// of files the launch stats but never opens.
-fn handle_blocks(plan: &Plan) -> HashSet<(Dev, u64)> {
-    plan.entries
-        .iter()
-        .filter_map(|e| match *e {
-            Entry::Inode { file, ino } => plan
-                .files
-                .get(file as usize)
-                .map(|f| (f.dev, itable_block(ino))),
-            _ => None,
-        })
-        .collect()
+/// Per filesystem, the inode-table blocks the plan reads anyway: those of the inodes it
+/// loads by handle (files the launch stats but never opens) and of every file and directory
+/// it opens.
+fn planned_blocks(plan: &Plan) -> HashSet<(Dev, u64)> {
+    let by_handle = plan.entries.iter().filter_map(|e| match *e {
+        Entry::Inode { file, ino } => plan
+            .files
+            .get(file as usize)
+            .map(|f| (f.dev, itable_block(ino))),
+        _ => None,
+    });
+    let opened = plan.files.iter().map(|f| (f.dev, itable_block(f.ino)));
+    by_handle.chain(opened).collect()
 }
 
 impl Engine<'_> {
@@ -542,12 +583,15 @@ impl Engine<'_> {
     }
 
     /// Read a directory's listing (its blocks get cached), and stat the entries whose inode
-    /// shares an inode-table block with an inode the plan loads by handle. A launch that
-    /// stats files it never opens (python: each module's source, to check its bytecode) has
-    /// only their inode numbers in the plan, not their names; the listing has the names.
-    /// Stat'ing them here builds their dentries and inodes off the application's CPU, at no
-    /// extra I/O (their inode-table block is planned): the demo app's `stat()` time over a
-    /// warm launch's fell from +7.8 to +3.1 ms per launch (`perf`, docs/measurements.md).
+    /// shares an inode-table block with an inode the plan loads by handle or opens. A launch
+    /// that stats files it never opens (python: each module's source, to check its bytecode)
+    /// has only some of their inode numbers in the plan (the blocks its stats read first),
+    /// not their names; the listing has the names. Stat'ing them here builds their dentries
+    /// and inodes off the application's CPU, at no extra I/O (their inode-table block is
+    /// planned): the demo app's `stat()` time over a warm launch's fell from +7.8 to +3.1 ms
+    /// per launch with the blocks of inodes by handle, and its name lookups after a complete
+    /// prefetch from 2.6 to 1.1 ms (what is left: names that do not exist) with the blocks of
+    /// opened files too (`perf`, docs/measurements.md).
     fn list_dir(&self, fd: &OwnedFd, dev: Dev) {
         let Ok(Ok(mut dir)) = nix::unistd::dup(fd.as_fd()).map(nix::dir::Dir::from_fd) else {
             self.c.errors.fetch_add(1, Ordering::Relaxed);
@@ -556,7 +600,7 @@ impl Engine<'_> {
         for e in dir.iter().flatten() {
             let name = e.file_name();
             if matches!(name.to_bytes(), b"." | b"..")
-                || !self.handle_blocks.contains(&(dev, itable_block(e.ino())))
+                || !self.planned_blocks.contains(&(dev, itable_block(e.ino())))
             {
                 continue;
             }
@@ -634,6 +678,10 @@ pub fn prefetch_holding(
     on_head: &(dyn Fn() + Sync),
 ) -> PrefetchReport {
     let start = Instant::now();
+    // Taken beside the workers (its lock files and journal may be on a cold disk: 4-5 ms
+    // before the first request when taken first), released once everything is issued (the
+    // last holder restores the setting).
+    let knob_hold: Mutex<Option<knobs::KnobGuard>> = Mutex::new(None);
     // Metadata: exact blocks from the block device when it can be opened, otherwise the
     // filesystem-level operations (lookups and listings) the plan carries for that case.
     let devices: Vec<Option<OwnedFd>> = plan
@@ -752,7 +800,7 @@ pub fn prefetch_holding(
         c: Counters::default(),
         start,
         window: opts.window,
-        handle_blocks: handle_blocks(plan),
+        planned_blocks: planned_blocks(plan),
     };
     let jobs = opts.jobs.max(1);
     let hold = plan.hold_entries as usize;
@@ -762,6 +810,18 @@ pub fn prefetch_holding(
         .take_while(|w| (w.entry as usize) < hold)
         .count();
     std::thread::scope(|s| {
+        if let Some(KnobHold::Held(g)) = &opts.inode_readahead_off {
+            *knob_hold.lock().unwrap_or_else(|p| p.into_inner()) =
+                g.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+        if let Some(KnobHold::Take(k)) = &opts.inode_readahead_off {
+            s.spawn(
+                || match knobs::KnobGuard::inode_readahead_off(&k.sys_ext4, &k.run_dir) {
+                    Ok(g) => *knob_hold.lock().unwrap_or_else(|p| p.into_inner()) = Some(g),
+                    Err(e) => tracing::debug!("inode readahead left on: {e}"),
+                },
+            );
+        }
         // The holder: once the head's requests are issued, wait for their pages, release.
         s.spawn(|| {
             while engine.next.load(Ordering::Relaxed) < head_work && !stop.load(Ordering::Relaxed) {
@@ -779,6 +839,7 @@ pub fn prefetch_holding(
             s.spawn(|| engine.worker(stop));
         }
     });
+    let knob_hold = knob_hold.into_inner().unwrap_or_else(|p| p.into_inner());
     let c = &engine.c;
     let total_work = engine.work.len();
     let done = c.done.load(Ordering::Relaxed);
@@ -805,6 +866,7 @@ pub fn prefetch_holding(
         elapsed_ms: c.last_ns.load(Ordering::Relaxed) as f64 / 1e6,
         first_request_us: c.first_ns.load(Ordering::Relaxed) as f64 / 1e3,
         stopped_early: done < total_work,
+        inode_readahead_off: knob_hold.is_some(),
     }
 }
 
@@ -1023,6 +1085,7 @@ mod tests {
                 window: DEFAULT_WINDOW,
                 avoid_cpu: None,
                 placement: None,
+                inode_readahead_off: None,
             },
             &AtomicBool::new(false),
         );
@@ -1055,12 +1118,16 @@ mod tests {
                 Entry::Inode { file: 0, ino: 33 },
             ],
         );
-        let got = handle_blocks(&plan);
-        assert_eq!(got, HashSet::from([(dev, 2)]));
+        let got = planned_blocks(&plan);
+        // Inodes 33 and 40 share block 2; the anchor's own inode is planned too.
+        assert_eq!(
+            got,
+            HashSet::from([(dev, 2), (dev, itable_block(plan.files[0].ino))])
+        );
     }
 
     #[test]
-    fn a_listing_stats_the_names_beside_inodes_loaded_by_handle() {
+    fn a_listing_stats_the_names_beside_planned_inodes() {
         use std::os::unix::fs::DirEntryExt;
         let dir = tempfile::tempdir().unwrap();
         for i in 0..40 {
@@ -1072,34 +1139,66 @@ mod tests {
             .map(|e| e.unwrap())
             .map(|e| (e.file_name().to_string_lossy().into_owned(), e.ino()))
             .collect();
-        let target = inos.iter().find(|(n, _)| n == "m20.py").unwrap().1;
-        // Whatever the filesystem numbered them: the names whose inode is in the same block,
-        // the target's own among them.
-        let expected = inos
-            .iter()
-            .filter(|(_, i)| itable_block(*i) == itable_block(target))
-            .count() as u64;
-        assert!(expected >= 1);
-        let plan = plan_for(
-            vec![FileId::of(dir.path()).unwrap()],
+        let dir_id = FileId::of(dir.path()).unwrap();
+        let dir_block = itable_block(dir_id.ino);
+        // Two names in inode-table blocks of their own (40 inodes fill at least three), so
+        // each case below stats names the others do not.
+        let mut elsewhere = inos.iter().filter(|(_, i)| itable_block(*i) != dir_block);
+        let (handle_name, by_handle) = elsewhere.next().unwrap().clone();
+        let opened_name = elsewhere
+            .find(|(_, i)| itable_block(*i) != itable_block(by_handle))
+            .map(|(n, _)| n.clone())
+            .unwrap_or(handle_name);
+        // Whatever the filesystem numbered them: the names whose inode shares a block with a
+        // planned inode (the listed directory's own is always one).
+        let beside = |blocks: &[u64]| {
+            inos.iter()
+                .filter(|(_, i)| blocks.contains(&itable_block(*i)))
+                .count() as u64
+        };
+        let listed = |files: Vec<FileId>, entries: Vec<Entry>| {
+            let plan = plan_for(files, entries);
+            prefetch(&plan, &PrefetchOptions::default(), &AtomicBool::new(false))
+        };
+        // Only the listing: the names beside the directory's own inode.
+        let r = listed(vec![dir_id.clone()], vec![Entry::ListDir { file: 0 }]);
+        assert_eq!(
+            (r.listings, r.names_stated),
+            (1, beside(&[dir_block])),
+            "{r:?}"
+        );
+        // With an inode by handle: its block's names too.
+        let r = listed(
+            vec![dir_id.clone()],
             vec![
                 Entry::ListDir { file: 0 },
                 Entry::Inode {
                     file: 0,
-                    ino: target,
+                    ino: by_handle,
                 },
             ],
         );
-        let r = prefetch(&plan, &PrefetchOptions::default(), &AtomicBool::new(false));
-        assert_eq!(r.listings, 1, "{r:?}");
+        let expected = beside(&[dir_block, itable_block(by_handle)]);
+        assert!(expected >= 1);
         assert_eq!(r.names_stated, expected, "{r:?}");
-        // Nothing stat'ed without an inode loaded by handle.
-        let plan = plan_for(
-            vec![FileId::of(dir.path()).unwrap()],
-            vec![Entry::ListDir { file: 0 }],
+        // With a file the plan opens: its block's names too.
+        let opened = FileId::of(&dir.path().join(&opened_name)).unwrap();
+        let r = listed(
+            vec![dir_id, opened.clone()],
+            vec![
+                Entry::ListDir { file: 0 },
+                Entry::Data {
+                    file: 1,
+                    offset: 0,
+                    len: 1,
+                },
+            ],
         );
-        let r = prefetch(&plan, &PrefetchOptions::default(), &AtomicBool::new(false));
-        assert_eq!((r.listings, r.names_stated), (1, 0), "{r:?}");
+        assert_eq!(
+            r.names_stated,
+            beside(&[dir_block, itable_block(opened.ino)]),
+            "{r:?}"
+        );
     }
 
     #[test]
@@ -1208,6 +1307,7 @@ mod tests {
                 window: 0,
                 avoid_cpu: None,
                 placement: None,
+                inode_readahead_off: None,
             },
             &AtomicBool::new(false),
         );
@@ -1250,6 +1350,52 @@ mod tests {
         let (run, rx) = Running::start_holding(Arc::new(plan), PrefetchOptions::default()).unwrap();
         rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         run.join();
+    }
+
+    #[test]
+    fn holds_inode_readahead_off_until_the_plan_is_issued() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("data");
+        std::fs::write(&f, vec![7u8; 64 << 10]).unwrap();
+        let plan = plan_for(
+            vec![FileId::of(&f).unwrap()],
+            vec![Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 64 << 10,
+            }],
+        );
+        // A stand-in for /sys/fs/ext4 and /run/warmstart.
+        let sys = tempfile::tempdir().unwrap();
+        let knob = sys.path().join("vdx").join("inode_readahead_blks");
+        std::fs::create_dir_all(knob.parent().unwrap()).unwrap();
+        std::fs::write(&knob, "32\n").unwrap();
+        let run = tempfile::tempdir().unwrap();
+        let paths = KnobPaths {
+            sys_ext4: sys.path().to_path_buf(),
+            run_dir: run.path().to_path_buf(),
+        };
+        let value = || std::fs::read_to_string(&knob).unwrap().trim().to_string();
+        let with = |hold: KnobHold| {
+            let opts = PrefetchOptions {
+                inode_readahead_off: Some(hold),
+                ..Default::default()
+            };
+            prefetch(&plan, &opts, &AtomicBool::new(false))
+        };
+        // Taken by the prefetch itself, given back when it is done.
+        let r = with(KnobHold::Take(paths.clone()));
+        assert!(r.inode_readahead_off, "{r:?}");
+        assert_eq!(value(), "32");
+        // Taken by the launcher before: off until the prefetch is done, then given back.
+        let g = knobs::KnobGuard::inode_readahead_off(&paths.sys_ext4, &paths.run_dir).unwrap();
+        assert_eq!(value(), "0");
+        let r = with(KnobHold::held(g));
+        assert!(r.inode_readahead_off, "{r:?}");
+        assert_eq!(value(), "32");
+        // Not asked for: left alone.
+        let r = prefetch(&plan, &PrefetchOptions::default(), &AtomicBool::new(false));
+        assert!(!r.inode_readahead_off);
     }
 
     #[test]

@@ -447,6 +447,76 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
     assert_eq!(logged(&log), vec![before]);
 }
 
+/// Wait (at most 5 s) for `inode_readahead_blks` to be back as it was: a detached
+/// prefetcher restores it once its plan is issued, possibly after the app exited.
+fn wait_readahead_restored(before: &[(PathBuf, String)]) {
+    let t0 = Instant::now();
+    while readahead_blks() != before && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn run_holds_inode_readahead_off_while_prefetching() {
+    let Some(_g) = privileged() else { return };
+    let before = readahead_blks();
+    if before.is_empty() {
+        let r = "no ext4 filesystem mounted";
+        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+            panic!("{r}");
+        }
+        eprintln!("skipped: {r}");
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.learned("synth", 24, 256);
+    // The launched command logs every ext4 filesystem's setting as it starts. The hold ends
+    // once the plan is issued, which may come first: only a launch without a plan logs a
+    // value that does not depend on timing.
+    const LOG_KNOBS: &str = "cat /sys/fs/ext4/*/inode_readahead_blks > \"$0\"";
+    let launch = |options: &[&str], log: &Path| -> (Output, Vec<String>) {
+        drop_caches();
+        let o = run(sb
+            .ws()
+            .args(["-v", "run"])
+            .args(options)
+            .args(["--", "sh", "-c", LOG_KNOBS])
+            .arg(log));
+        assert!(o.status.success(), "{}", text(&o));
+        // A detached prefetcher gives it back once its plan is issued.
+        wait_readahead_restored(&before);
+        assert_kernel_clean(&before);
+        let logged = std::fs::read_to_string(log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        (o, logged)
+    };
+    // The plain `run`: the front takes the hold before it execs the command.
+    let (o, _) = launch(&["--app", "synth"], &sb.path().join("a.log"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("inode readahead off from the launch's start"),
+        "{}",
+        text(&o)
+    );
+    // `run --stats`: its report says the plan was issued with it off.
+    let (o, _) = launch(
+        &["--app", "synth", "--stats", "--json"],
+        &sb.path().join("b.log"),
+    );
+    assert_eq!(
+        stderr_json(&o)["prefetch"]["inode_readahead_off"],
+        true,
+        "{}",
+        text(&o)
+    );
+    // No plan: put back before the command starts.
+    let as_found: Vec<String> = before.iter().map(|(_, v)| v.clone()).collect();
+    let (_, logged) = launch(&["--app", "nothing"], &sb.path().join("c.log"));
+    assert_eq!(logged, as_found);
+}
+
 #[test]
 fn sigint_during_record_restores_everything() {
     let Some(_g) = privileged() else { return };

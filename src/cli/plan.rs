@@ -300,6 +300,7 @@ pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
     let t0 = std::time::Instant::now();
     let opts = crate::prefetch::PrefetchOptions {
         jobs: a.jobs as usize,
+        inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
         ..Default::default()
     };
     let report =

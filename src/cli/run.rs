@@ -28,10 +28,11 @@ use super::{human_bytes, RunArgs};
 use crate::launch::{exit_like, resolve_command, Forwarder, LaunchError};
 use crate::placement::{self, Placement};
 use crate::plan::Plan;
-use crate::prefetch::{PrefetchOptions, PrefetchReport, Running};
+use crate::prefetch::{KnobHold, PrefetchOptions, PrefetchReport, Running};
 use crate::schedule::{auto, Strategy};
 use crate::store::{AppRow, LaunchRecord, Store};
 use crate::sys::{self, Exit};
+use crate::trace::knobs::{self, KnobGuard};
 
 /// How long after its start a launch still counts as timed (FAST's T_timeout): a longer-lived
 /// process (an interactive app) gives no launch time.
@@ -121,6 +122,23 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     }
     let exe = resolve_command(&a.command[0])?;
     let key = key_of(&a.app, &exe, &a.command);
+    // ext4's inode readahead is held off for the prefetch, and from the launch's start: taken
+    // beside the plan lookup, since its lock files and journal under /run may be on a cold
+    // disk too (4-5 ms of serial lookups here). Joined before any fork.
+    let early_hold = db
+        .exists()
+        .then(|| {
+            std::thread::Builder::new()
+                .name("warmstart-knobs".into())
+                .spawn(|| {
+                    KnobGuard::inode_readahead_off(
+                        Path::new(knobs::SYS_EXT4),
+                        Path::new(knobs::RUN_DIR),
+                    )
+                })
+                .ok()
+        })
+        .flatten();
     let chosen = match load_plan(db, &key.key, a.strategy.as_deref()) {
         Ok(x) => x,
         Err(e) => {
@@ -131,6 +149,17 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     // Only now: issued first, the executable's readahead (then the whole binary, megabytes)
     // queued ahead of the path lookups and database reads above and delayed them by ~5 ms.
     crate::prefetch::warm_executable(&exe, chosen.as_ref().map(|c| &c.plan));
+    let held = early_hold.and_then(|t| t.join().ok()).and_then(|r| {
+        r.map_err(|e| tracing::debug!("inode readahead left on: {e}"))
+            .ok()
+    });
+    // Without a plan: put it back now (an exec runs no destructors).
+    let held = if chosen.is_some() {
+        held.inspect(|_| tracing::debug!("inode readahead off from the launch's start"))
+    } else {
+        drop(held);
+        None
+    };
     let opts = PrefetchOptions {
         jobs: a.jobs as usize,
         mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
@@ -138,6 +167,10 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         window: a.window_kb.saturating_mul(1024),
         avoid_cpu: None,
         placement: None,
+        inode_readahead_off: Some(match held {
+            Some(g) => KnobHold::held(g),
+            None => KnobHold::Take(Default::default()),
+        }),
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {
@@ -229,18 +262,32 @@ fn detach_prefetcher(
     } else {
         None
     };
-    // SAFETY: warmstart has started no threads yet (checked below in debug builds), so the
-    // child may run ordinary code. The intermediate child only forks again and _exits.
-    debug_assert_eq!(
-        std::fs::read_dir("/proc/self/task")
-            .map(|d| d.count())
-            .unwrap_or(1),
-        1,
-        "fork must happen before any thread starts"
-    );
+    // SAFETY: warmstart runs no other thread now (the knob thread is joined; checked below
+    // in debug builds), so the child may run ordinary code. The intermediate child only
+    // forks again and _exits.
+    #[cfg(debug_assertions)]
+    {
+        // A joined thread can stay listed for a moment while the kernel finishes its exit.
+        let tasks = || {
+            std::fs::read_dir("/proc/self/task")
+                .map(|d| d.count())
+                .unwrap_or(1)
+        };
+        let t0 = Instant::now();
+        while tasks() > 1 && t0.elapsed() < Duration::from_millis(100) {
+            std::thread::yield_now();
+        }
+        assert_eq!(tasks(), 1, "fork must happen while no other thread runs");
+    }
     match unsafe { fork() } {
         Ok(ForkResult::Parent { child }) => {
             let _ = nix::sys::wait::waitpid(child, None);
+            // The inode-readahead hold is the prefetcher's now: a flock belongs to the open
+            // file, shared across the fork, so releasing it here would end the prefetcher's
+            // too. This copy of the descriptor closes at the exec.
+            if let Some(KnobHold::Held(g)) = opts.inode_readahead_off {
+                std::mem::forget(g);
+            }
             pipe.map(|(r, _w)| r)
         }
         Ok(ForkResult::Child) => {
@@ -601,7 +648,7 @@ fn print_stats(
         waits.map_or("?".into(), |w| w.to_string())
     );
     eprintln!(
-        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings, {} inodes ({} gone, {} names beside them stat'ed) ({} work items done{})",
+        "  prefetched: {} data ({} of it already cached) + {} metadata in {} requests, {} lookups, {} listings, {} inodes ({} gone), {} names beside planned inodes stat'ed ({} work items done{})",
         human_bytes(r.data_bytes),
         human_bytes(r.resident_bytes),
         human_bytes(r.metadata_bytes),
@@ -624,13 +671,18 @@ fn print_stats(
         r.errors
     );
     eprintln!(
-        "  timing:     first request after {:.0} us, all issued after {:.1} ms ({} workers, metadata via {})",
+        "  timing:     first request after {:.0} us, all issued after {:.1} ms ({} workers, metadata via {}{})",
         r.first_request_us,
         r.elapsed_ms,
         r.jobs,
         match r.metadata_mode {
             crate::prefetch::MetadataMode::BlockDevice => "block device",
             crate::prefetch::MetadataMode::Filesystem => "filesystem lookups",
+        },
+        if r.inode_readahead_off {
+            "; ext4 inode readahead off until then"
+        } else {
+            ""
         }
     );
     if let Some(p) = place {

@@ -402,6 +402,7 @@ fn prefetch_launch(
         jobs: cfg.jobs,
         mem_cap: (cfg.memory_cap_mb > 0).then_some(cfg.memory_cap_mb * 1024 * 1024),
         avoid_cpu: crate::sys::last_cpu(pid),
+        inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
         ..PrefetchOptions::default()
     };
     let running = match Running::start(plan.clone(), opts) {

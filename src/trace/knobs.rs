@@ -1,11 +1,17 @@
-//! Kernel settings a recording changes, and their restoration. ext4's `inode_readahead_blks`
-//! is set to 0 while learning (Paralfetch 4.2) so the trace shows exactly the inode-table
-//! blocks the launch needs. The original values are journaled under /run/warmstart before
-//! they change, so even a SIGKILLed recorder is repaired by the next warmstart run; a guard
-//! restores them on every other exit path (return, error, panic unwind, Ctrl-C).
+//! Kernel settings warmstart changes, and their restoration. ext4's `inode_readahead_blks`
+//! is held at 0 while anything needs it so: a recording (Paralfetch 4.2: the trace shows
+//! exactly the inode-table blocks the launch needs) or a prefetch (each inode-table block
+//! the plan reads costs 4 KiB of the disk, not the 128 KiB around it).
 //!
-//! Also here: the lock that serialises recordings (they drop caches and change these knobs,
-//! so two at once would corrupt each other's traces and restores).
+//! Several holders may overlap (a recording, launches, the daemon), each a shared `flock`
+//! on `knobs.lock`: the first saves the original values in a journal under /run/warmstart
+//! before changing them, the last out puts them back. A holder that died without restoring
+//! (SIGKILL) holds no lock, so the next holder, or `recover_journal`, finding a journal and
+//! no holder, restores it; a guard restores on every other exit path (return, error, panic
+//! unwind, Ctrl-C).
+//!
+//! Also here: the lock that serialises recordings (they drop caches, so two at once would
+//! corrupt each other's traces).
 
 use std::fs;
 use std::io;
@@ -16,24 +22,74 @@ use nix::fcntl::{Flock, FlockArg};
 use super::TraceError;
 
 pub const RUN_DIR: &str = "/run/warmstart";
+/// Where ext4 lists its mounted filesystems' settings.
+pub const SYS_EXT4: &str = "/sys/fs/ext4";
 const JOURNAL: &str = "restore-knobs";
 const LOCK: &str = "record.lock";
+/// Shared-locked by every holder of the changed knobs.
+const HOLDERS: &str = "knobs.lock";
+/// Exclusive around taking and releasing a hold, so "am I the first / the last" is exact.
+const SETUP: &str = "knobs.setup.lock";
 
-/// Saved original values of sysfs knobs; restores them when dropped.
+fn lock_file(p: &Path) -> io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(p)
+}
+
+fn flock(f: fs::File, how: FlockArg) -> Result<Flock<fs::File>, (fs::File, nix::errno::Errno)> {
+    Flock::lock(f, how)
+}
+
+/// Hold the setup lock of `run_dir` (blocking: every holder keeps it for microseconds).
+fn setup_lock(run_dir: &Path) -> Result<Flock<fs::File>, TraceError> {
+    fs::create_dir_all(run_dir).map_err(|e| TraceError::io(run_dir, e))?;
+    let p = run_dir.join(SETUP);
+    let f = lock_file(&p).map_err(|e| TraceError::io(&p, e))?;
+    flock(f, FlockArg::LockExclusive).map_err(|(_, e)| TraceError::io(&p, io::Error::from(e)))
+}
+
+/// With the setup lock held: is anyone holding the knobs? (Probed with an exclusive try,
+/// released at once.)
+fn holders_alive(run_dir: &Path) -> Result<bool, TraceError> {
+    let p = run_dir.join(HOLDERS);
+    let f = lock_file(&p).map_err(|e| TraceError::io(&p, e))?;
+    match flock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(_probe) => Ok(false),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(true),
+        Err((_, e)) => Err(TraceError::io(&p, io::Error::from(e))),
+    }
+}
+
+/// Holds `inode_readahead_blks` at 0 on every ext4 filesystem; restores it when the last
+/// holder drops.
 #[derive(Debug)]
 pub struct KnobGuard {
-    saved: Vec<(PathBuf, String)>,
-    journal: PathBuf,
+    holder: Option<Flock<fs::File>>,
+    run_dir: PathBuf,
 }
 
 impl KnobGuard {
-    /// Set every ext4 filesystem's `inode_readahead_blks` under `sys_ext4` (normally
-    /// /sys/fs/ext4) to `value`, journaling the originals in `run_dir`.
-    pub fn set_inode_readahead(
-        sys_ext4: &Path,
-        run_dir: &Path,
-        value: u32,
-    ) -> Result<KnobGuard, TraceError> {
+    /// Take a hold: set every ext4 filesystem's `inode_readahead_blks` under `sys_ext4`
+    /// (normally /sys/fs/ext4) to 0, journaling the originals in `run_dir` if no other
+    /// holder already did.
+    pub fn inode_readahead_off(sys_ext4: &Path, run_dir: &Path) -> Result<KnobGuard, TraceError> {
+        let _setup = setup_lock(run_dir)?;
+        if !holders_alive(run_dir)? {
+            // A journal with no holder is a dead holder's.
+            restore_journal(run_dir, true);
+        }
+        let p = run_dir.join(HOLDERS);
+        let f = lock_file(&p).map_err(|e| TraceError::io(&p, e))?;
+        // Never waits: exclusive holds are only probes, taken under the setup lock.
+        let holder = flock(f, FlockArg::LockShared)
+            .map_err(|(_, e)| TraceError::io(&p, io::Error::from(e)))?;
+        let guard = KnobGuard {
+            holder: Some(holder),
+            run_dir: run_dir.to_path_buf(),
+        };
         let mut knobs: Vec<PathBuf> = fs::read_dir(sys_ext4)
             .map(|rd| {
                 rd.filter_map(Result::ok)
@@ -43,83 +99,101 @@ impl KnobGuard {
             })
             .unwrap_or_default();
         knobs.sort();
-        let mut saved = Vec::new();
-        for k in &knobs {
-            let v = fs::read_to_string(k).map_err(|e| TraceError::io(k, e))?;
-            saved.push((k.clone(), v.trim().to_string()));
+        let journal = run_dir.join(JOURNAL);
+        if !journal.exists() && !knobs.is_empty() {
+            let mut text = String::new();
+            for k in &knobs {
+                let v = fs::read_to_string(k).map_err(|e| TraceError::io(k, e))?;
+                text.push_str(&format!("{}\t{}\n", k.display(), v.trim()));
+            }
+            let tmp = journal.with_extension("tmp");
+            fs::write(&tmp, text).map_err(|e| TraceError::io(&tmp, e))?;
+            fs::rename(&tmp, &journal).map_err(|e| TraceError::io(&journal, e))?;
         }
-        let guard = KnobGuard {
-            saved,
-            journal: run_dir.join(JOURNAL),
-        };
-        guard.write_journal(run_dir)?;
         for k in &knobs {
-            fs::write(k, format!("{value}\n")).map_err(|e| TraceError::io(k, e))?;
+            // On an error the guard, dropped, puts back what was changed.
+            fs::write(k, "0\n").map_err(|e| TraceError::io(k, e))?;
         }
         tracing::debug!(
-            "inode_readahead_blks set to {value} on {} filesystem(s)",
+            "inode_readahead_blks held at 0 on {} filesystem(s)",
             knobs.len()
         );
         Ok(guard)
     }
 
-    fn write_journal(&self, run_dir: &Path) -> Result<(), TraceError> {
-        if self.saved.is_empty() {
-            return Ok(());
-        }
-        fs::create_dir_all(run_dir).map_err(|e| TraceError::io(run_dir, e))?;
-        let mut text = String::new();
-        for (p, v) in &self.saved {
-            text.push_str(&format!("{}\t{}\n", p.display(), v));
-        }
-        let tmp = self.journal.with_extension("tmp");
-        fs::write(&tmp, text).map_err(|e| TraceError::io(&tmp, e))?;
-        fs::rename(&tmp, &self.journal).map_err(|e| TraceError::io(&self.journal, e))
-    }
-
-    /// Restore now (also done on drop); returns the first error but tries every knob.
+    /// Release the hold now (also done on drop); the last holder restores the journaled
+    /// values.
     pub fn restore(&mut self) -> io::Result<()> {
-        let mut first_err = None;
-        for (p, v) in self.saved.drain(..) {
-            if let Err(e) = fs::write(&p, format!("{v}\n")) {
-                tracing::error!("could not restore {} to {v}: {e}", p.display());
-                first_err.get_or_insert(e);
+        let Some(holder) = self.holder.take() else {
+            return Ok(());
+        };
+        let setup = setup_lock(&self.run_dir);
+        drop(holder);
+        match setup {
+            Ok(_setup) => {
+                if !holders_alive(&self.run_dir).map_err(io::Error::other)? {
+                    restore_journal(&self.run_dir, false);
+                }
+                Ok(())
             }
+            // Without the setup lock, "last out" cannot be told: the next holder repairs.
+            Err(e) => Err(io::Error::other(e)),
         }
-        if first_err.is_none() {
-            let _ = fs::remove_file(&self.journal);
-        }
-        first_err.map_or(Ok(()), Err)
     }
 }
 
 impl Drop for KnobGuard {
     fn drop(&mut self) {
-        let _ = self.restore();
+        if let Err(e) = self.restore() {
+            tracing::error!("could not release the inode readahead hold: {e}");
+        }
     }
 }
 
-/// Restore knobs journaled by a recorder that died before restoring them. Call with the
-/// record lock held. Returns how many values were restored.
-pub fn recover_journal(run_dir: &Path) -> usize {
+/// Put back the values in `run_dir`'s journal and remove it; returns how many.
+fn restore_journal(run_dir: &Path, left_by_a_dead_holder: bool) -> usize {
     let journal = run_dir.join(JOURNAL);
     let Ok(text) = fs::read_to_string(&journal) else {
         return 0;
     };
     let mut n = 0;
+    let mut failed = false;
     for line in text.lines() {
         if let Some((p, v)) = line.split_once('\t') {
             match fs::write(p, format!("{v}\n")) {
                 Ok(()) => {
                     n += 1;
-                    tracing::warn!("restored {p} to {v} (left changed by an interrupted recording)")
+                    if left_by_a_dead_holder {
+                        tracing::warn!(
+                            "restored {p} to {v} (left changed by an interrupted warmstart)"
+                        )
+                    }
                 }
-                Err(e) => tracing::error!("could not restore {p} to {v}: {e}"),
+                // A filesystem unmounted since: nothing left to restore there.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    failed = true;
+                    tracing::error!("could not restore {p} to {v}: {e}")
+                }
             }
         }
     }
-    let _ = fs::remove_file(&journal);
+    if !failed {
+        let _ = fs::remove_file(&journal);
+    }
     n
+}
+
+/// Restore knobs journaled by a holder that died before restoring them, unless a live
+/// holder still needs them changed. Returns how many values were restored.
+pub fn recover_journal(run_dir: &Path) -> usize {
+    let Ok(_setup) = setup_lock(run_dir) else {
+        return 0;
+    };
+    match holders_alive(run_dir) {
+        Ok(false) => restore_journal(run_dir, true),
+        _ => 0,
+    }
 }
 
 /// Exclusive lock serialising recordings, held until dropped.
@@ -179,7 +253,7 @@ mod tests {
         let sys = fake_sysfs(&[("vda", "32"), ("vdb", "64")]);
         let run = tempfile::tempdir().unwrap();
         {
-            let _g = KnobGuard::set_inode_readahead(sys.path(), run.path(), 0).unwrap();
+            let _g = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
             assert_eq!(val(sys.path(), "vda"), "0");
             assert_eq!(val(sys.path(), "vdb"), "0");
             assert!(run.path().join(JOURNAL).exists());
@@ -195,7 +269,7 @@ mod tests {
         let run = tempfile::tempdir().unwrap();
         let (s, r) = (sys.path().to_path_buf(), run.path().to_path_buf());
         let res = std::panic::catch_unwind(move || {
-            let _g = KnobGuard::set_inode_readahead(&s, &r, 0).unwrap();
+            let _g = KnobGuard::inode_readahead_off(&s, &r).unwrap();
             panic!("boom");
         });
         assert!(res.is_err());
@@ -203,15 +277,47 @@ mod tests {
     }
 
     #[test]
-    fn journal_recovers_after_a_killed_recorder() {
+    fn overlapping_holds_restore_when_the_last_one_ends() {
         let sys = fake_sysfs(&[("vda", "32")]);
         let run = tempfile::tempdir().unwrap();
-        let g = KnobGuard::set_inode_readahead(sys.path(), run.path(), 0).unwrap();
-        std::mem::forget(g); // as if SIGKILLed: no destructor runs
+        let a = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
+        let b = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
+        // The first out leaves it off for the other, whose journal still has the original.
+        drop(a);
         assert_eq!(val(sys.path(), "vda"), "0");
+        // Nor does a repair undo a live holder's setting.
+        assert_eq!(recover_journal(run.path()), 0);
+        let c = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
+        drop(b);
+        assert_eq!(val(sys.path(), "vda"), "0");
+        drop(c);
+        assert_eq!(val(sys.path(), "vda"), "32");
+        assert!(!run.path().join(JOURNAL).exists());
+    }
+
+    /// What a SIGKILLed holder leaves: the knob changed, the journal, no lock.
+    fn killed_holder(sys: &Path, run: &Path) {
+        let mut g = KnobGuard::inode_readahead_off(sys, run).unwrap();
+        drop(g.holder.take()); // the kernel drops a dead process's locks; nothing restores
+        std::mem::forget(g);
+        assert_eq!(val(sys, "vda"), "0");
+    }
+
+    #[test]
+    fn a_killed_holders_change_is_repaired() {
+        let sys = fake_sysfs(&[("vda", "32")]);
+        let run = tempfile::tempdir().unwrap();
+        // By the repair daemons and recordings run at start.
+        killed_holder(sys.path(), run.path());
         assert_eq!(recover_journal(run.path()), 1);
         assert_eq!(val(sys.path(), "vda"), "32");
         assert_eq!(recover_journal(run.path()), 0);
+        // By the next hold, which then restores the true original, not the 0 it found.
+        killed_holder(sys.path(), run.path());
+        let g = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
+        assert_eq!(val(sys.path(), "vda"), "0");
+        drop(g);
+        assert_eq!(val(sys.path(), "vda"), "32");
     }
 
     #[test]

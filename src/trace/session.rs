@@ -249,11 +249,7 @@ impl Tracing {
                 .map_err(|e| TraceError::io(Path::new("/proc/sys/vm/drop_caches"), e))?;
         }
         let knobs = if change_knobs {
-            Some(KnobGuard::set_inode_readahead(
-                &cfg.sys_ext4,
-                &cfg.run_dir,
-                0,
-            )?)
+            Some(KnobGuard::inode_readahead_off(&cfg.sys_ext4, &cfg.run_dir)?)
         } else {
             None
         };
