@@ -10,7 +10,9 @@ an environment variable for that variant only; an ARG of the form %FILE:FILE... 
 files into the page cache after the drop, just before the launch (what a launch would gain if
 they were warm); an ARG of the form ^FILE=VALUE writes VALUE to a sysfs or procfs FILE for
 that variant's launches (e.g. `^/sys/fs/ext4/vda/inode_readahead_blks=512`) and puts the old
-value back after each. Two names are special: `cold` runs CMD bare after dropping the page
+value back after each; an ARG of the form &FD hands that variant's launches /dev/null open
+at descriptor FD (no close-on-exec), as a caller that leaves descriptors open would (e.g.
+`&64`: the launch then starts with a larger descriptor table). Two names are special: `cold` runs CMD bare after dropping the page
 cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
 (after a `sync`, as `warmstart demo` does), except one whose name starts with `warm`
 (`warmrun=`: warmstart on a warm cache, its fixed cost).
@@ -24,13 +26,38 @@ far less noisy than the wall time. Also printed: the median user and system CPU 
 launched process (the kernel splits them by 4 ms tick samples, so only their sum is exact).
 AB_SAMPLES=1 prints every launch's times too. The warmstart binary is
 ../target/release/warmstart unless WARMSTART_BIN says otherwise.
+
+A drop keeps the pages of files some process has mapped, so everything this harness maps is
+warm for every launch. A full Python maps libz, libbz2, liblzma and the C.UTF-8 locale, which
+the demo workload reads too, and the prefetched launches measured with it waited ~5 ms less
+than in `warmstart demo` (a Rust process mapping libc, ld.so and libgcc_s). So the harness
+re-executes itself as a bare interpreter (-I -S, LC_ALL=C: libc, libm and ld.so) and imports
+nothing beyond os, sys and time until the launches are done; the launched commands get the
+original environment back.
 """
 import os
-import statistics
-import subprocess
 import sys
 import time
 
+if os.environ.get("AB_BARE") != "1":
+    env = dict(os.environ, AB_BARE="1", LC_ALL="C")
+    # The caller's LC_ALL (or its absence), for the launched commands.
+    env["AB_LC_ALL"] = "=" + os.environ["LC_ALL"] if "LC_ALL" in os.environ else ""
+    os.execve(sys.executable, [sys.executable, "-I", "-S", os.path.abspath(__file__)]
+              + sys.argv[1:], env)
+base_env = dict(os.environ)
+saved = base_env.pop("AB_LC_ALL", "")
+del base_env["AB_BARE"], base_env["LC_ALL"]
+if saved:
+    base_env["LC_ALL"] = saved[1:]
+
+# Open descriptors above stderr that an exec keeps (this process opens its own close-on-exec).
+def inheritable(fd):
+    try:
+        return os.get_inheritable(fd)
+    except OSError:  # the listing's own descriptor, closed by now
+        return False
+inherited = [fd for fd in map(int, os.listdir("/proc/self/fd")) if fd > 2 and inheritable(fd)]
 here = os.path.dirname(os.path.abspath(__file__))
 ws = os.environ.get("WARMSTART_BIN", os.path.join(here, "..", "target", "release", "warmstart"))
 sep = sys.argv.index("--")
@@ -91,18 +118,27 @@ for r in range(rounds):
             with open(path, "w") as f:
                 f.write(val)
         args = [a for a in args if not a.startswith("^")]
-        env = dict(os.environ)
+        env = dict(base_env)
         for a in [a for a in args if a.startswith("+")]:
             k, _, val = a[1:].partition("=")
             env[k] = val
         args = [a for a in args if not a.startswith("+")]
+        handed = [int(a[1:]) for a in args if a.startswith("&")]
+        args = [a for a in args if not a.startswith("&")]
         exe = ws
         if args and args[0].startswith("@"):
             exe, args = args[0][1:], args[1:]
         argv = cmd if name in ("warm", "cold") else [exe, "-q", "run", *args, "--", *cmd]
         t = time.perf_counter()
-        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        _, status, ru = os.wait4(p.pid, 0)
+        null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+        # Descriptors this harness inherited (a terminal's or CI's) stay out of the launch, as
+        # from a plain shell.
+        pid = os.posix_spawnp(argv[0], argv, env, file_actions=[
+            (os.POSIX_SPAWN_DUP2, null, 1), (os.POSIX_SPAWN_DUP2, null, 2)]
+            + [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited]
+            + [(os.POSIX_SPAWN_DUP2, null, fd) for fd in handed])
+        os.close(null)
+        _, status, ru = os.wait4(pid, 0)
         ms = (time.perf_counter() - t) * 1e3
         for path, old in reversed(knobs):
             with open(path, "w") as f:
@@ -113,6 +149,8 @@ for r in range(rounds):
         off[name].append(ms - (ru.ru_utime + ru.ru_stime) * 1e3)
         usr[name].append(ru.ru_utime * 1e3)
         sys_[name].append(ru.ru_stime * 1e3)
+
+import statistics  # only now: its imports map more libraries
 
 base = names[0]
 def paired(d, n):

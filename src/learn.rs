@@ -74,6 +74,26 @@ pub struct Learned {
 /// Progress callback: (run index from 1, total runs, the finished run).
 pub type Progress<'a> = &'a mut dyn FnMut(u32, u32, &RawRun);
 
+/// warmstart as child subreaper while it learns; a caller that goes on launching programs
+/// (`demo`, `bench`) must not adopt their orphans afterwards: a detached prefetcher would
+/// stay a zombie under it, never reaped.
+struct Subreaper;
+
+impl Subreaper {
+    fn set() -> Result<Subreaper, LearnError> {
+        nix::sys::prctl::set_child_subreaper(true)
+            .map_err(|e| LearnError::Subreaper(e.to_string()))?;
+        Ok(Subreaper)
+    }
+}
+
+impl Drop for Subreaper {
+    fn drop(&mut self) {
+        // (Each run's tree, adopted orphans included, was reaped by the run itself.)
+        let _ = nix::sys::prctl::set_child_subreaper(false);
+    }
+}
+
 /// Learn `argv` (argv[0] resolved to `exe`) as `key`; stores runs and plan on success.
 pub fn learn(
     store: &mut Store,
@@ -90,7 +110,7 @@ pub fn learn(
     tfs.remove_stale_instances();
     knobs::recover_journal(&opts.trace.run_dir);
     // Orphans of the launched tree are re-parented to us, so "the tree exited" is knowable.
-    nix::sys::prctl::set_child_subreaper(true).map_err(|e| LearnError::Subreaper(e.to_string()))?;
+    let _subreaper = Subreaper::set()?;
 
     let page = sys::page_size();
     let total = opts.runs.max(1);
@@ -363,4 +383,23 @@ fn now_unix() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subreaper_lasts_only_while_learning() {
+        let was = nix::sys::prctl::get_child_subreaper().unwrap();
+        {
+            let _s = Subreaper::set().unwrap();
+            assert!(nix::sys::prctl::get_child_subreaper().unwrap());
+        }
+        // A caller that goes on launching (demo, bench) must not adopt their orphans.
+        assert!(!nix::sys::prctl::get_child_subreaper().unwrap());
+        if was {
+            nix::sys::prctl::set_child_subreaper(true).unwrap();
+        }
+    }
 }

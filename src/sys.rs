@@ -245,6 +245,34 @@ pub fn wait4(pid: i32, nohang: bool) -> io::Result<Option<(i32, Exit, Usage)>> {
     }
 }
 
+/// Close every descriptor above stderr that would survive an exec (no `FD_CLOEXEC`): in a
+/// process forked from a launcher, those are the ones the launcher's caller handed to the
+/// application, never its own (warmstart opens everything close-on-exec). Returns how many.
+pub fn close_inherited_fds() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return 0;
+    };
+    // Collected first: the listing's own descriptor is in it, and closes with it.
+    let fds: Vec<i32> = dir
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    let mut closed = 0;
+    for fd in fds {
+        // SAFETY: F_GETFD only reads the flags of a descriptor number; a number that is no
+        // longer open (the listing's) fails with EBADF.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+            // SAFETY: no object of this process owns a descriptor without FD_CLOEXEC (all
+            // are opened close-on-exec), so nothing will use or close this number again.
+            unsafe { libc::close(fd) };
+            closed += 1;
+        }
+    }
+    closed
+}
+
 /// `pidfd_open(2)`: an fd that becomes readable when process `pid` exits (any process, not
 /// only a child; Linux 5.3+).
 pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {

@@ -557,6 +557,39 @@ fn run_holds_inode_readahead_off_while_prefetching() {
 }
 
 #[test]
+fn the_prefetcher_holds_none_of_the_apps_descriptors() {
+    let Some(_g) = privileged() else { return };
+    let before = readahead_blks();
+    let sb = Sandbox::new();
+    sb.learned("synth", 24, 256);
+    let fifo = sb.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    // A caller hands the launch both ends of a pipe (70 writes, 71 reads; no close-on-exec)
+    // and becomes `warmstart run`. The application closes its write end and reads: EOF at
+    // once, unless another process (a detached prefetcher, alive as long as the app) still
+    // holds a copy; then the read times out.
+    const CALLER: &str =
+        r#"exec 72<>"$0" 71<"$0" 70>"$0" 72<&-; exec "$1" run --app synth -- bash -c "$2""#;
+    const APP: &str = r#"exec 70>&-; if read -r -t 3 line <&71; then echo "read $line"; else echo "read ended $?"; fi"#;
+    drop_caches();
+    let o = run(Command::new("bash")
+        .args(["-c", CALLER])
+        .arg(&fifo)
+        .arg(WS)
+        .arg(APP)
+        .env("WARMSTART_DB", sb.db())
+        .env_remove("WARMSTART_LOG"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "read ended 1",
+        "{}",
+        text(&o)
+    );
+    assert_kernel_clean(&before);
+}
+
+#[test]
 fn sigint_during_record_restores_everything() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();

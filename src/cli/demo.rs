@@ -78,6 +78,9 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
     ws_cmd.extend(command.iter().cloned());
 
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); SCENARIOS.len()];
+    // CPU time (user + system) of each launch and its waited-for children: wall minus this
+    // is the time the launch spent off the CPU, mostly waiting for the disk.
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); SCENARIOS.len()];
     for round in 1..=a.rounds {
         // Odd rounds run cold, warm, warmstart; even rounds the reverse, so a drift in the
         // machine's speed within a round (this VM's is large) favours no scenario.
@@ -106,7 +109,7 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
                     &ws_cmd
                 }
             };
-            let (ms, exit, _) =
+            let (ms, exit, usage) =
                 time_command(argv).with_context(|| format!("running the {scenario} launch"))?;
             if !exit.success() {
                 return Err(fail(
@@ -115,6 +118,7 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
                 ));
             }
             times[i].push(ms);
+            cpu[i].push((usage.user_us + usage.sys_us) as f64 / 1e3);
         }
         say(format!(
             "round {round}/{}: cold {:.0} ms, warm {:.0} ms, warmstart {:.0} ms",
@@ -148,6 +152,7 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
             "gap_closed_interval": interval.map(|(lo, hi)| [lo, hi]),
             "interval_level": INTERVAL_LEVEL,
             "samples": {"cold": times[0], "warm": times[1], "warmstart": times[2]},
+            "cpu_ms": {"cold": cpu[0], "warm": cpu[1], "warmstart": cpu[2]},
         });
         println!("{v}");
         return Ok(code::OK);

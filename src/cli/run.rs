@@ -291,6 +291,12 @@ fn detach_prefetcher(
             pipe.map(|(r, _w)| r)
         }
         Ok(ForkResult::Child) => {
+            // The prefetcher holds none of the descriptors the caller handed the application
+            // (a pipe whose reader waits for EOF, a socket). Closed before its fork, so its
+            // descriptor table starts at the kernel's default size whatever the caller left
+            // open: a table inherited at 128 or more slots changes how the prefetcher's
+            // first few hundred opens are paced (docs/measurements.md, 2026-11-24).
+            sys::close_inherited_fds();
             // SAFETY: as above; this process is single-threaded.
             if let Ok(ForkResult::Child) = unsafe { fork() } {
                 let release = pipe.map(|(_r, w)| w);
