@@ -12,8 +12,8 @@ they were warm); an ARG of the form ^FILE=VALUE writes VALUE to a sysfs or procf
 that variant's launches (e.g. `^/sys/fs/ext4/vda/inode_readahead_blks=512`) and puts the old
 value back after each; an ARG of the form &FD hands that variant's launches /dev/null open
 at descriptor FD (no close-on-exec), as a caller that leaves descriptors open would (e.g.
-`&64`: the launch then starts with a larger descriptor table). Two names are special: `cold` runs CMD bare after dropping the page
-cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
+`&64`: the launch then starts with a larger descriptor table). Two names are special: `cold`
+runs CMD bare after dropping the page cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
 (after a `sync`, as `warmstart demo` does), except one whose name starts with `warm`
 (`warmrun=`: warmstart on a warm cache, its fixed cost).
 The order of the variants alternates from round to round.
