@@ -99,6 +99,15 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// A test that cannot run here says `skipped: <reason>`, or fails under CI's flag
+/// (WARMSTART_REQUIRE_PRIVILEGED=1), where every test must run.
+fn skip(reason: &str) {
+    if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("{reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
 /// Skip unless this is root with kernel tracing usable; fail instead under CI's flag.
 fn privileged() -> Option<MutexGuard<'static, ()>> {
     let reason = if !nix::unistd::geteuid().is_root() {
@@ -111,10 +120,7 @@ fn privileged() -> Option<MutexGuard<'static, ()>> {
         None
     };
     if let Some(r) = reason {
-        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("privileged test cannot run here: {r}");
-        }
-        eprintln!("skipped: {r}");
+        skip(&format!("privileged test cannot run here: {r}"));
         return None;
     }
     let g = PRIV.lock().unwrap_or_else(|p| p.into_inner());
@@ -422,11 +428,7 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
     let p = &stats["placement"];
     if p.is_null() {
         // A multi-queue disk, or interrupts spread over CPUs: nothing to keep apart.
-        let r = "this disk's interrupts do not go to one CPU";
-        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("{r}: {p}");
-        }
-        eprintln!("skipped: {r}");
+        skip(&format!("this disk's interrupts do not go to one CPU: {p}"));
         return;
     }
     let list = |k: &str| -> Vec<usize> {
@@ -500,11 +502,7 @@ fn run_holds_inode_readahead_off_while_prefetching() {
     let Some(_g) = privileged() else { return };
     let before = readahead_blks();
     if before.is_empty() {
-        let r = "no ext4 filesystem mounted";
-        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("{r}");
-        }
-        eprintln!("skipped: {r}");
+        skip("no ext4 filesystem mounted");
         return;
     }
     let sb = Sandbox::new();
@@ -961,10 +959,7 @@ fn without_root_commands_say_so() {
     let Some(_g) = privileged() else { return };
     // Drop to nobody with setpriv (util-linux) to exercise the unprivileged paths.
     if Command::new("setpriv").arg("--version").output().is_err() {
-        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("setpriv (util-linux) is needed for this test");
-        }
-        eprintln!("skipped: no setpriv");
+        skip("setpriv (util-linux) is needed for this test");
         return;
     }
     let sb = Sandbox::new();
@@ -1048,10 +1043,7 @@ fn help_for_every_command() {
 fn bench_end_to_end_on_the_synthetic_workload() {
     let Some(_g) = privileged() else { return };
     if Command::new("vmtouch").arg("-h").output().is_err() {
-        if std::env::var("WARMSTART_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-            panic!("vmtouch (Debian package vmtouch) is needed for the whole-files scenario");
-        }
-        eprintln!("skipped: vmtouch not installed (bench/install-suite installs it)");
+        skip("vmtouch (Debian package vmtouch; bench/install-suite installs it) is needed for the whole-files scenario");
         return;
     }
     let sb = Sandbox::new();

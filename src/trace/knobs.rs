@@ -39,16 +39,12 @@ fn lock_file(p: &Path) -> io::Result<fs::File> {
         .open(p)
 }
 
-fn flock(f: fs::File, how: FlockArg) -> Result<Flock<fs::File>, (fs::File, nix::errno::Errno)> {
-    Flock::lock(f, how)
-}
-
 /// Hold the setup lock of `run_dir` (blocking: every holder keeps it for microseconds).
 fn setup_lock(run_dir: &Path) -> Result<Flock<fs::File>, TraceError> {
     fs::create_dir_all(run_dir).map_err(|e| TraceError::io(run_dir, e))?;
     let p = run_dir.join(SETUP);
     let f = lock_file(&p).map_err(|e| TraceError::io(&p, e))?;
-    flock(f, FlockArg::LockExclusive).map_err(|(_, e)| TraceError::io(&p, io::Error::from(e)))
+    Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| TraceError::io(&p, io::Error::from(e)))
 }
 
 /// With the setup lock held: is anyone holding the knobs? (Probed with an exclusive try,
@@ -56,7 +52,7 @@ fn setup_lock(run_dir: &Path) -> Result<Flock<fs::File>, TraceError> {
 fn holders_alive(run_dir: &Path) -> Result<bool, TraceError> {
     let p = run_dir.join(HOLDERS);
     let f = lock_file(&p).map_err(|e| TraceError::io(&p, e))?;
-    match flock(f, FlockArg::LockExclusiveNonblock) {
+    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         Ok(_probe) => Ok(false),
         Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(true),
         Err((_, e)) => Err(TraceError::io(&p, io::Error::from(e))),
@@ -84,7 +80,7 @@ impl KnobGuard {
         let p = run_dir.join(HOLDERS);
         let f = lock_file(&p).map_err(|e| TraceError::io(&p, e))?;
         // Never waits: exclusive holds are only probes, taken under the setup lock.
-        let holder = flock(f, FlockArg::LockShared)
+        let holder = Flock::lock(f, FlockArg::LockShared)
             .map_err(|(_, e)| TraceError::io(&p, io::Error::from(e)))?;
         let guard = KnobGuard {
             holder: Some(holder),
@@ -206,14 +202,7 @@ impl RecordLock {
     pub fn acquire(run_dir: &Path) -> Result<RecordLock, TraceError> {
         fs::create_dir_all(run_dir).map_err(|e| TraceError::io(run_dir, e))?;
         let p = run_dir.join(LOCK);
-        let open = || {
-            fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&p)
-                .map_err(|e| TraceError::io(&p, e))
-        };
+        let open = || lock_file(&p).map_err(|e| TraceError::io(&p, e));
         let lock = match Flock::lock(open()?, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
