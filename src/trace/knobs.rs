@@ -95,15 +95,23 @@ impl KnobGuard {
             })
             .unwrap_or_default();
         knobs.sort();
+        // Journal the original of every knob not journaled yet: all of them for the first
+        // holder; for a later one, those of filesystems mounted since.
         let journal = run_dir.join(JOURNAL);
-        if !journal.exists() && !knobs.is_empty() {
-            let mut text = String::new();
-            for k in &knobs {
+        let mut text = fs::read_to_string(&journal).unwrap_or_default();
+        let before = text.len();
+        for k in &knobs {
+            let listed = text
+                .lines()
+                .any(|l| l.split_once('\t').is_some_and(|(p, _)| Path::new(p) == k));
+            if !listed {
                 let v = fs::read_to_string(k).map_err(|e| TraceError::io(k, e))?;
                 text.push_str(&format!("{}\t{}\n", k.display(), v.trim()));
             }
+        }
+        if text.len() != before {
             let tmp = journal.with_extension("tmp");
-            fs::write(&tmp, text).map_err(|e| TraceError::io(&tmp, e))?;
+            fs::write(&tmp, &text).map_err(|e| TraceError::io(&tmp, e))?;
             fs::rename(&tmp, &journal).map_err(|e| TraceError::io(&journal, e))?;
         }
         for k in &knobs {
@@ -263,6 +271,23 @@ mod tests {
         });
         assert!(res.is_err());
         assert_eq!(val(sys.path(), "vda"), "32");
+    }
+
+    #[test]
+    fn a_filesystem_mounted_during_a_hold_is_restored_too() {
+        let sys = fake_sysfs(&[("vda", "32")]);
+        let run = tempfile::tempdir().unwrap();
+        let first = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
+        // Mounted while the first hold lasts, then covered by a second holder.
+        fs::create_dir_all(sys.path().join("vdb")).unwrap();
+        fs::write(sys.path().join("vdb/inode_readahead_blks"), "64\n").unwrap();
+        let second = KnobGuard::inode_readahead_off(sys.path(), run.path()).unwrap();
+        assert_eq!(val(sys.path(), "vdb"), "0");
+        drop(first);
+        drop(second);
+        assert_eq!(val(sys.path(), "vda"), "32");
+        assert_eq!(val(sys.path(), "vdb"), "64");
+        assert!(!run.path().join(JOURNAL).exists());
     }
 
     #[test]
