@@ -187,10 +187,21 @@ fn close_group(pid: i32, rx: &mpsc::Receiver<Ev>, exit: &mut Option<Exit>) {
             }
         }
     }
-    // Stragglers (helpers of the app, a detached prefetcher) must not run into the next launch.
-    if killpg(pg, None).is_ok() {
-        std::thread::sleep(Duration::from_millis(50));
-        let _ = killpg(pg, Signal::SIGKILL);
+    // Stragglers (helpers of the app, a detached prefetcher) must not run into the next
+    // launch. SIGTERM first: a prefetcher stops on it and gives back the inode readahead
+    // setting it holds; killed outright it would leave the setting changed.
+    if killpg(pg, Signal::SIGTERM).is_ok() {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while killpg(pg, None).is_ok() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if killpg(pg, Signal::SIGKILL).is_ok() {
+            // What a killed holder left changed, unless someone else still holds it.
+            let n = crate::trace::knobs::recover_journal(Path::new(crate::trace::knobs::RUN_DIR));
+            if n > 0 {
+                tracing::warn!("restored {n} setting(s) left by a killed prefetcher");
+            }
+        }
     }
     if exit.is_none() {
         if let Ok(Ev::Exited(e, _)) = rx.recv_timeout(Duration::from_secs(2)) {

@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -366,6 +367,7 @@ fn prefetcher_main(
             libc::dup2(null.as_raw_fd(), 1);
         }
     }
+    let stop = stop_signals();
     let Ok(pidfd) = sys::pidfd_open(app_pid) else {
         return 0; // the application is already gone
     };
@@ -394,7 +396,8 @@ fn prefetcher_main(
     let mut exited = false;
     let mut waits = 0;
     let mut last_sample = Instant::now();
-    while !running.is_finished() {
+    let stopped = || stop.load(Ordering::Relaxed) != 0;
+    while !running.is_finished() && !stopped() {
         if app_gone(20) {
             exited = true;
             break;
@@ -411,9 +414,15 @@ fn prefetcher_main(
     if let (Some(p), Some(t)) = (&place, launch_start) {
         placement::restore(t, p);
     }
+    // Dropping the hold on the way: the inode readahead setting is back once this returns.
     let report = running.stop();
+    if stopped() {
+        let sig = stop.load(Ordering::Relaxed) as i32;
+        tracing::info!("prefetcher stopped by signal {sig}; this launch is not recorded");
+        return 128 + sig;
+    }
     // Keep watching (asleep, no CPU) to time launches that end within T_timeout.
-    while !exited && started.elapsed() < TIMED_LAUNCH {
+    while !exited && !stopped() && started.elapsed() < TIMED_LAUNCH {
         let left = TIMED_LAUNCH
             .saturating_sub(started.elapsed())
             .as_millis()
@@ -438,6 +447,26 @@ fn prefetcher_main(
     };
     after_launch(db, &app, strategy, entries, &rec);
     0
+}
+
+/// The prefetcher's signals. SIGTERM, SIGHUP and SIGQUIT stop it the orderly way, so it
+/// gives back the inode readahead setting it holds (the default action would leave the
+/// setting changed until the next warmstart command repairs it): the returned flag holds
+/// the signal. SIGINT is caught and left alone: Ctrl-C at a terminal reaches the whole
+/// foreground group, and is the application's to act on; the prefetcher ends with the
+/// application anyway. (Caught rather than ignored, as an ignored signal would stay ignored
+/// in whatever the prefetcher starts.)
+fn stop_signals() -> Arc<AtomicUsize> {
+    let stop = Arc::new(AtomicUsize::new(0));
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+        if let Err(e) = signal_hook::flag::register_usize(sig, stop.clone(), sig as usize) {
+            tracing::debug!("cannot catch signal {sig}: {e}");
+        }
+    }
+    if let Err(e) = signal_hook::flag::register(libc::SIGINT, Arc::new(AtomicBool::new(false))) {
+        tracing::debug!("cannot catch SIGINT: {e}");
+    }
+    stop
 }
 
 /// Record the launch; for `paralfetch`, dynamic scheduling: too many waits raise the app's
