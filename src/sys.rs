@@ -275,6 +275,19 @@ pub fn close_inherited_fds() -> usize {
 
 /// `pidfd_open(2)`: an fd that becomes readable when process `pid` exits (any process, not
 /// only a child; Linux 5.3+).
+/// Is any signal of `set` pending for this thread or process (blocked, not yet delivered)?
+pub fn signals_pending(set: &nix::sys::signal::SigSet) -> bool {
+    // SAFETY: sigpending fills the sigset_t it is given; `pending` is a valid one.
+    let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sigpending(&mut pending) } != 0 {
+        return false;
+    }
+    // SAFETY: sigismember only reads the initialised set.
+    set.iter()
+        .any(|s| unsafe { libc::sigismember(&pending, s as libc::c_int) } == 1)
+}
+
 pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.

@@ -811,6 +811,83 @@ fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_ctrl_c_to_the_app() {
 }
 
 #[test]
+fn ctrl_c_before_the_app_starts_leaves_the_setting_as_found() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    use std::os::unix::process::ExitStatusExt;
+    let Some(_g) = privileged() else { return };
+    let before = readahead_blks();
+    if before.is_empty() {
+        skip("no ext4 filesystem mounted");
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.learned("synth", 8, 64);
+    // The signals `run` holds back while it has the setting changed are not held back
+    // from the application (a blocked mask would survive the exec). These launches also
+    // warm everything `run` reads but its database.
+    for stats in [&[][..], &["--stats"]] {
+        let o = run(sb.ws().arg("run").args(stats).args([
+            "--app",
+            "synth",
+            "--",
+            "grep",
+            "^SigBlk",
+            "/proc/self/status",
+        ]));
+        assert!(o.status.success(), "{}", text(&o));
+        let blocked = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(blocked.trim(), "SigBlk:\t0000000000000000", "{}", text(&o));
+    }
+    // Now its database read slowly: the launcher holds inode readahead off while it looks
+    // the plan up, for seconds.
+    wait_knob_holders_gone();
+    evict(sb.db().parent().unwrap());
+    let Some(slow) = SlowReads::new(sb.path(), 32 << 10) else {
+        skip("no blkio cgroup controller to slow the plan lookup down");
+        return;
+    };
+    let started = sb.path().join("started");
+    let mut front = Command::new("sh")
+        .args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+        .arg(slow.procs_file())
+        .args([WS, "run", "--app", "synth", "--", "touch"])
+        .arg(&started)
+        .env("WARMSTART_DB", sb.db())
+        .env_remove("WARMSTART_LOG")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !knobs_held() {
+        assert!(
+            front.try_wait().unwrap().is_none(),
+            "the launch ended first"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(20), "no hold taken");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Ctrl-C: the launch ends as Ctrl-C ends it, before the application runs, and the
+    // setting it changed is back.
+    kill(Pid::from_raw(front.id() as i32), Signal::SIGINT).unwrap();
+    let st = front.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}");
+    assert!(!started.exists(), "the application ran");
+    wait_knob_holders_gone();
+    assert!(
+        !Path::new(RUN_DIR).join("restore-knobs").exists(),
+        "the launcher died holding inode readahead off"
+    );
+    assert_eq!(
+        readahead_blks(),
+        before,
+        "inode_readahead_blks not restored"
+    );
+    drop(slow);
+    assert_kernel_clean(&before);
+}
+
+#[test]
 fn sigint_during_record_restores_everything() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
 use nix::unistd::{fork, ForkResult};
 use serde_json::json;
 
@@ -126,6 +127,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     // ext4's inode readahead is held off for the prefetch, and from the launch's start: taken
     // beside the plan lookup, since its lock files and journal under /run may be on a cold
     // disk too (4-5 ms of serial lookups here). Joined before any fork.
+    let deferred = db.exists().then(Deferred::block).flatten();
     let early_hold = db
         .exists()
         .then(|| {
@@ -175,7 +177,11 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {
-        Some(c) if a.stats => wrapped(c, db, opts, &exe, &a, &key.key, hold_cap),
+        Some(c) if a.stats => {
+            // The wrapper forwards signals from here on.
+            Deferred::end(deferred, opts.inode_readahead_off.as_ref());
+            wrapped(c, db, opts, &exe, &a, &key.key, hold_cap)
+        }
         Some(c) => {
             let Chosen {
                 store,
@@ -200,6 +206,8 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 hold,
                 !a.share_cpu,
             );
+            // The hold is the prefetcher's now (or was given back if it could not start).
+            Deferred::end(deferred, None);
             if let Some(r) = released {
                 wait_release(&r, hold_cap);
             }
@@ -211,6 +219,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             exec_app(&exe, &a.command)
         }
         None if a.stats => {
+            Deferred::end(deferred, None);
             let started = Instant::now();
             let (exit, usage) = spawn_and_wait(&exe, &a.command, None)?;
             print_stats(
@@ -224,7 +233,50 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             );
             exit_like(exit)
         }
-        None => exec_app(&exe, &a.command),
+        None => {
+            Deferred::end(deferred, None);
+            exec_app(&exe, &a.command)
+        }
+    }
+}
+
+/// Signals that would end `run` before the application starts, blocked while this process
+/// holds inode readahead off itself (until the fork hands the hold to the prefetcher, or it
+/// is put back for a launch without a plan) and let through once it no longer does: one
+/// that came meanwhile then ends the launch as it would have, with the setting as it was.
+/// A blocked mask survives fork and exec, so every path lets them through before it starts
+/// the application, and the prefetcher once it handles them itself (`stop_signals`).
+struct Deferred(SigSet);
+
+impl Deferred {
+    fn signals() -> SigSet {
+        [
+            Signal::SIGINT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    fn block() -> Option<Deferred> {
+        let set = Deferred::signals();
+        set.thread_block().ok().map(|()| Deferred(set))
+    }
+
+    /// Let the signals through; a pending one first puts back `hold` if this process still
+    /// has it, then ends the process.
+    fn end(d: Option<Deferred>, hold: Option<&KnobHold>) {
+        let Some(Deferred(set)) = d else { return };
+        if sys::signals_pending(&set) {
+            if let Some(KnobHold::Held(g)) = hold {
+                drop(g.lock().unwrap_or_else(|p| p.into_inner()).take());
+            }
+        }
+        if let Err(e) = set.thread_unblock() {
+            tracing::warn!("cannot unblock signals: {e}");
+        }
     }
 }
 
@@ -368,6 +420,10 @@ fn prefetcher_main(
         }
     }
     let stop = stop_signals();
+    // Blocked by `run` until the fork (see `Deferred`); handled from here on.
+    if let Err(e) = Deferred::signals().thread_unblock() {
+        tracing::warn!("cannot unblock signals: {e}");
+    }
     let Ok(pidfd) = sys::pidfd_open(app_pid) else {
         return 0; // the application is already gone
     };
