@@ -187,7 +187,10 @@ fn warmstart_instances() -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn readahead_blks() -> Vec<(PathBuf, String)> {
+/// Each ext4 filesystem's `inode_readahead_blks`, by path.
+type Settings = Vec<(PathBuf, String)>;
+
+fn readahead_blks() -> Settings {
     let mut v: Vec<(PathBuf, String)> = std::fs::read_dir("/sys/fs/ext4")
         .map(|rd| {
             rd.filter_map(Result::ok)
@@ -508,14 +511,22 @@ fn wait_readahead_restored(before: &[(PathBuf, String)]) {
     }
 }
 
-#[test]
-fn run_holds_inode_readahead_off_while_prefetching() {
-    let Some(_g) = privileged() else { return };
+/// `privileged()`, and the ext4 settings as found; skip without an ext4 filesystem.
+fn privileged_on_ext4() -> Option<(MutexGuard<'static, ()>, Settings)> {
+    let g = privileged()?;
     let before = readahead_blks();
     if before.is_empty() {
         skip("no ext4 filesystem mounted");
-        return;
+        return None;
     }
+    Some((g, before))
+}
+
+#[test]
+fn run_holds_inode_readahead_off_while_prefetching() {
+    let Some((_g, before)) = privileged_on_ext4() else {
+        return;
+    };
     let sb = Sandbox::new();
     sb.learned("synth", 24, 256);
     // The launched command logs every ext4 filesystem's setting as it starts. The hold ends
@@ -651,6 +662,19 @@ impl SlowReads {
         self.dir.join("cgroup.procs")
     }
 
+    /// `warmstart ARGS` of `sb`, entering the cgroup before it starts (so does all it forks).
+    fn ws(&self, sb: &Sandbox, args: &[&str]) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", r#"echo $$ > "$0" && exec "$@""#])
+            .arg(self.procs_file())
+            .arg(WS)
+            .args(args)
+            .env("WARMSTART_DB", sb.db())
+            .env_remove("WARMSTART_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
     fn procs(&self) -> Vec<i32> {
         std::fs::read_to_string(self.procs_file())
             .unwrap_or_default()
@@ -712,12 +736,9 @@ fn live_ppid(pid: i32) -> Option<i32> {
 fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_ctrl_c_to_the_app() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
-    let Some(_g) = privileged() else { return };
-    let before = readahead_blks();
-    if before.is_empty() {
-        skip("no ext4 filesystem mounted");
+    let Some((_g, before)) = privileged_on_ext4() else {
         return;
-    }
+    };
     let sb = Sandbox::new();
     let dir = sb.learned("synth", 24, 1024);
     // Everything but the plan's data in the page cache (warmstart, sh, sleep), so that only
@@ -733,23 +754,12 @@ fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_ctrl_c_to_the_app() {
     };
     // `warmstart run` enters the cgroup before it starts, so its prefetcher runs there too;
     // one worker with 256 KiB in flight stops within a fraction of a second when asked.
-    let mut app = Command::new("sh")
-        .args(["-c", r#"echo $$ > "$0" && exec "$@""#])
-        .arg(slow.procs_file())
-        .args([
-            WS,
-            "run",
-            "--app",
-            "synth",
-            "--jobs",
-            "1",
-            "--meta-jobs",
-            "0",
-        ])
+    let mut app = slow
+        .ws(
+            &sb,
+            &["run", "--app", "synth", "--jobs", "1", "--meta-jobs", "0"],
+        )
         .args(["--window-kb", "256", "--", "sleep", "60"])
-        .env("WARMSTART_DB", sb.db())
-        .env_remove("WARMSTART_LOG")
-        .stdin(Stdio::null())
         .spawn()
         .unwrap();
     let app_pid = app.id() as i32;
@@ -792,22 +802,11 @@ fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_ctrl_c_to_the_app() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(!knobs_held());
-    assert!(
-        !Path::new(RUN_DIR).join("restore-knobs").exists(),
-        "the prefetcher died holding inode readahead off"
-    );
-    assert_eq!(
-        readahead_blks(),
-        before,
-        "inode_readahead_blks not restored"
-    );
+    assert_kernel_clean(&before);
     // The application runs on, untouched.
     assert!(app.try_wait().unwrap().is_none(), "the application ended");
     app.kill().unwrap();
     app.wait().unwrap();
-    drop(slow);
-    assert_kernel_clean(&before);
 }
 
 #[test]
@@ -815,12 +814,9 @@ fn ctrl_c_before_the_app_starts_leaves_the_setting_as_found() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     use std::os::unix::process::ExitStatusExt;
-    let Some(_g) = privileged() else { return };
-    let before = readahead_blks();
-    if before.is_empty() {
-        skip("no ext4 filesystem mounted");
+    let Some((_g, before)) = privileged_on_ext4() else {
         return;
-    }
+    };
     let sb = Sandbox::new();
     sb.learned("synth", 8, 64);
     // The signals `run` holds back while it has the setting changed are not held back
@@ -848,14 +844,9 @@ fn ctrl_c_before_the_app_starts_leaves_the_setting_as_found() {
         return;
     };
     let started = sb.path().join("started");
-    let mut front = Command::new("sh")
-        .args(["-c", r#"echo $$ > "$0" && exec "$@""#])
-        .arg(slow.procs_file())
-        .args([WS, "run", "--app", "synth", "--", "touch"])
+    let mut front = slow
+        .ws(&sb, &["run", "--app", "synth", "--", "touch"])
         .arg(&started)
-        .env("WARMSTART_DB", sb.db())
-        .env_remove("WARMSTART_LOG")
-        .stdin(Stdio::null())
         .spawn()
         .unwrap();
     let t0 = Instant::now();
@@ -873,17 +864,6 @@ fn ctrl_c_before_the_app_starts_leaves_the_setting_as_found() {
     let st = front.wait().unwrap();
     assert_eq!(st.signal(), Some(libc::SIGINT), "{st:?}");
     assert!(!started.exists(), "the application ran");
-    wait_knob_holders_gone();
-    assert!(
-        !Path::new(RUN_DIR).join("restore-knobs").exists(),
-        "the launcher died holding inode readahead off"
-    );
-    assert_eq!(
-        readahead_blks(),
-        before,
-        "inode_readahead_blks not restored"
-    );
-    drop(slow);
     assert_kernel_clean(&before);
 }
 
