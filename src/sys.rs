@@ -273,13 +273,11 @@ pub fn close_inherited_fds() -> usize {
     closed
 }
 
-/// `pidfd_open(2)`: an fd that becomes readable when process `pid` exits (any process, not
-/// only a child; Linux 5.3+).
 /// Is any signal of `set` pending for this thread or process (blocked, not yet delivered)?
 pub fn signals_pending(set: &nix::sys::signal::SigSet) -> bool {
-    // SAFETY: sigpending fills the sigset_t it is given; `pending` is a valid one.
+    // SAFETY: an all-zero sigset_t is a valid (empty) set.
     let mut pending: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
+    // SAFETY: sigpending writes only into the set it is given.
     if unsafe { libc::sigpending(&mut pending) } != 0 {
         return false;
     }
@@ -288,6 +286,8 @@ pub fn signals_pending(set: &nix::sys::signal::SigSet) -> bool {
         .any(|s| unsafe { libc::sigismember(&pending, s as libc::c_int) } == 1)
 }
 
+/// `pidfd_open(2)`: an fd that becomes readable when process `pid` exits (any process, not
+/// only a child; Linux 5.3+).
 pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
@@ -644,6 +644,25 @@ pub fn descendants(pid: i32) -> Vec<i32> {
 #[cfg(test)]
 mod proc_tests {
     use super::*;
+
+    #[test]
+    fn a_blocked_signal_shows_as_pending_until_taken() {
+        use nix::sys::signal::{SigSet, Signal};
+        // Thread-directed, on a thread of its own: no other test thread can receive it.
+        std::thread::spawn(|| {
+            let set = SigSet::from(Signal::SIGUSR2);
+            set.thread_block().unwrap();
+            assert!(!signals_pending(&set));
+            nix::sys::pthread::pthread_kill(nix::sys::pthread::pthread_self(), Signal::SIGUSR2)
+                .unwrap();
+            assert!(signals_pending(&set));
+            assert!(!signals_pending(&SigSet::from(Signal::SIGUSR1)));
+            assert_eq!(set.wait().unwrap(), Signal::SIGUSR2);
+            assert!(!signals_pending(&set));
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn ppid_is_read_after_the_command_name() {
