@@ -108,8 +108,24 @@ fn skip(reason: &str) {
     eprintln!("skipped: {reason}");
 }
 
+/// A privileged test's hold on the machine: the PRIV lock, and the kernel state it found,
+/// checked when the test ends (unless it failed already) so that no test leaves a tracefs
+/// instance or a changed setting behind, whatever it asserts itself.
+struct Privileged {
+    before: Settings,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Drop for Privileged {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            assert_kernel_clean(&self.before);
+        }
+    }
+}
+
 /// Skip unless this is root with kernel tracing usable; fail instead under CI's flag.
-fn privileged() -> Option<MutexGuard<'static, ()>> {
+fn privileged() -> Option<Privileged> {
     let reason = if !nix::unistd::geteuid().is_root() {
         Some("needs root")
     } else if !Path::new("/sys/kernel/tracing").exists() {
@@ -133,7 +149,10 @@ fn privileged() -> Option<MutexGuard<'static, ()>> {
     if repaired > 0 {
         eprintln!("restored {repaired} setting(s) an earlier test left changed");
     }
-    Some(g)
+    Some(Privileged {
+        before: readahead_blks(),
+        _lock: g,
+    })
 }
 
 const RUN_DIR: &str = "/run/warmstart";
@@ -512,13 +531,13 @@ fn wait_readahead_restored(before: &[(PathBuf, String)]) {
 }
 
 /// `privileged()`, and the ext4 settings as found; skip without an ext4 filesystem.
-fn privileged_on_ext4() -> Option<(MutexGuard<'static, ()>, Settings)> {
+fn privileged_on_ext4() -> Option<(Privileged, Settings)> {
     let g = privileged()?;
-    let before = readahead_blks();
-    if before.is_empty() {
+    if g.before.is_empty() {
         skip("no ext4 filesystem mounted");
         return None;
     }
+    let before = g.before.clone();
     Some((g, before))
 }
 
