@@ -752,7 +752,7 @@ fn live_ppid(pid: i32) -> Option<i32> {
 }
 
 #[test]
-fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_ctrl_c_to_the_app() {
+fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_the_terminals_signals_to_the_app() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;
     let Some((_g, before)) = privileged_on_ext4() else {
@@ -803,14 +803,17 @@ fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_ctrl_c_to_the_app() {
     while !catches(prefetcher, Signal::SIGTERM) && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Ctrl-C at a terminal reaches the whole group: it is the application's to act on.
-    kill(Pid::from_raw(prefetcher), Signal::SIGINT).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        live_ppid(prefetcher).is_some(),
-        "SIGINT ended the prefetcher"
-    );
-    assert!(knobs_held(), "the prefetcher let go of its hold on SIGINT");
+    // Ctrl-C and Ctrl-\ at a terminal reach the whole group: the application's to act on.
+    for sig in [Signal::SIGINT, Signal::SIGQUIT] {
+        kill(Pid::from_raw(prefetcher), sig).unwrap();
+        // Long enough for an orderly stop (a quarter second at this read rate) to finish.
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(
+            live_ppid(prefetcher).is_some(),
+            "{sig} ended the prefetcher"
+        );
+        assert!(knobs_held(), "the prefetcher let go of its hold on {sig}");
+    }
     // SIGTERM: it stops prefetching and gives inode readahead back as it goes.
     kill(Pid::from_raw(prefetcher), Signal::SIGTERM).unwrap();
     let t0 = Instant::now();

@@ -505,22 +505,24 @@ fn prefetcher_main(
     0
 }
 
-/// The prefetcher's signals. SIGTERM, SIGHUP and SIGQUIT stop it the orderly way, so it
-/// gives back the inode readahead setting it holds (the default action would leave the
-/// setting changed until the next warmstart command repairs it): the returned flag holds
-/// the signal. SIGINT is caught and left alone: Ctrl-C at a terminal reaches the whole
-/// foreground group, and is the application's to act on; the prefetcher ends with the
-/// application anyway. (Caught rather than ignored, as an ignored signal would stay ignored
-/// in whatever the prefetcher starts.)
+/// The prefetcher's signals. SIGTERM and SIGHUP stop it the orderly way, so it gives back
+/// the inode readahead setting it holds (the default action would leave the setting changed
+/// until the next warmstart command repairs it): the returned flag holds the signal. SIGINT
+/// and SIGQUIT are caught and left alone: a terminal sends them (`Ctrl-C`, `Ctrl-\`) to the
+/// whole foreground group, and they are the application's to act on; the prefetcher ends
+/// with the application anyway. (Caught rather than ignored, as an ignored signal would
+/// stay ignored in whatever the prefetcher starts.)
 fn stop_signals() -> Arc<AtomicUsize> {
     let stop = Arc::new(AtomicUsize::new(0));
-    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+    for sig in [libc::SIGTERM, libc::SIGHUP] {
         if let Err(e) = signal_hook::flag::register_usize(sig, stop.clone(), sig as usize) {
             tracing::debug!("cannot catch signal {sig}: {e}");
         }
     }
-    if let Err(e) = signal_hook::flag::register(libc::SIGINT, Arc::new(AtomicBool::new(false))) {
-        tracing::debug!("cannot catch SIGINT: {e}");
+    for sig in [libc::SIGINT, libc::SIGQUIT] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::new(AtomicBool::new(false))) {
+            tracing::debug!("cannot catch signal {sig}: {e}");
+        }
     }
     stop
 }
