@@ -127,9 +127,10 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     // ext4's inode readahead is held off for the prefetch, and from the launch's start: taken
     // beside the plan lookup, since its lock files and journal under /run may be on a cold
     // disk too (4-5 ms of serial lookups here). Joined before any fork.
-    let deferred = db.exists().then(Deferred::block).flatten();
-    let early_hold = db
-        .exists()
+    let has_db = db.exists();
+    // Blocked before the knob thread starts, so that it inherits the mask too.
+    let deferred = has_db.then(Deferred::block).flatten();
+    let early_hold = has_db
         .then(|| {
             std::thread::Builder::new()
                 .name("warmstart-knobs".into())
