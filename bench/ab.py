@@ -13,7 +13,10 @@ that variant's launches (e.g. `^/sys/fs/ext4/vda/inode_readahead_blks=512`) and 
 value back after each; an ARG of the form &FD hands that variant's launches /dev/null open
 at descriptor FD (no close-on-exec), as a caller that leaves descriptors open would (e.g.
 `&64`: the launch then starts with a larger descriptor table). Two names are special: `cold`
-runs CMD bare after dropping the page cache, `warm` runs CMD bare on a warm cache. Every other variant drops the cache first
+runs CMD bare after dropping the page cache, `warm` runs CMD bare on a warm cache; a variant
+whose name starts with `bare` also runs CMD bare (after a drop, or on a warm cache if it
+starts with `barewarm`), so a knob can be tried on launches without warmstart too
+(`barecold128=^/sys/block/vda/queue/read_ahead_kb=128`). Every other variant drops the cache first
 (after a `sync`, as `warmstart demo` does), except one whose name starts with `warm`
 (`warmrun=`: warmstart on a warm cache, its fixed cost).
 The order of the variants alternates from round to round.
@@ -94,7 +97,7 @@ for r in range(rounds):
     for name, v in order if r % 2 == 0 else order[::-1]:
         args = [a for a in v.split("=", 1)[1].split(",") if a] if "=" in v else []
         settle()
-        if not name.startswith("warm"):
+        if not name.startswith(("warm", "barewarm")):
             # As `warmstart demo` does: a drop keeps dirty pages, such as the database pages
             # the last launch's prefetcher wrote, which would leave the next launcher warm.
             os.sync()
@@ -128,7 +131,8 @@ for r in range(rounds):
         exe = ws
         if args and args[0].startswith("@"):
             exe, args = args[0][1:], args[1:]
-        argv = cmd if name in ("warm", "cold") else [exe, "-q", "run", *args, "--", *cmd]
+        bare = name in ("warm", "cold") or name.startswith("bare")
+        argv = cmd if bare else [exe, "-q", "run", *args, "--", *cmd]
         t = time.perf_counter()
         null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
         # Descriptors this harness inherited (a terminal's or CI's) stay out of the launch, as
