@@ -22,13 +22,16 @@ def write(path, text):
         f.write(text)
 
 
-def trace(glob, cmd):
+def trace(glob, cmd, events=(), buffer_kb=32768):
+    """The trace's lines; `events` ("block/block_rq_issue", ...) are recorded too, unfiltered."""
     inst = os.path.join(TRACEFS, "instances", f"lab-blocked-{os.getpid()}")
     os.mkdir(inst)
     switch = os.path.join(inst, "events/sched/sched_switch")
     asleep = f'prev_state & 2 && prev_comm ~ "{glob}"'
     try:
-        write(os.path.join(inst, "buffer_size_kb"), "32768")
+        write(os.path.join(inst, "buffer_size_kb"), str(buffer_kb))
+        for e in events:
+            write(os.path.join(inst, "events", e, "enable"), "1")
         write(os.path.join(switch, "filter"), asleep)
         write(os.path.join(switch, "trigger"), f"stacktrace if {asleep}")
         write(os.path.join(inst, "events/sched/sched_wakeup/filter"), f'comm ~ "{glob}"')

@@ -23,46 +23,14 @@ import re
 import subprocess
 import sys
 
-TRACEFS = "/sys/kernel/tracing"
-SCHED = {"trace_event_raw_event_sched_switch", "__traceiter_sched_switch", "__schedule",
-         "schedule", "io_schedule", "schedule_timeout", "io_schedule_timeout"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from blocked import SCHED_FRAMES, trace  # noqa: E402  (the same tracefs instance setup)
+
 LINE = re.compile(r"\s*(.+?)-(\d+)\s+\[(\d+)\]\s+\S+\s+([\d.]+): (\w+): (.*)")
 ISSUE = re.compile(r"\S+ (\S+) \d+ \(.*?\) (\d+) \+ (\d+)")
 DONE = re.compile(r"\S+ \(.*?\) (\d+) \+ (\d+)")
-
-
-def write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
-
-
-def trace(glob, cmd):
-    inst = os.path.join(TRACEFS, "instances", f"lab-inflight-{os.getpid()}")
-    os.mkdir(inst)
-    ev = lambda e: os.path.join(inst, "events", e)
-    asleep = f'prev_state & 2 && prev_comm ~ "{glob}"'
-    try:
-        write(os.path.join(inst, "buffer_size_kb"), "65536")
-        for e in ("sched/sched_process_exec", "sched/sched_process_fork",
-                  "block/block_rq_issue", "block/block_rq_complete"):
-            write(os.path.join(ev(e), "enable"), "1")
-        write(os.path.join(ev("sched/sched_switch"), "filter"), asleep)
-        write(os.path.join(ev("sched/sched_switch"), "trigger"), f"stacktrace if {asleep}")
-        write(os.path.join(ev("sched/sched_switch"), "enable"), "1")
-        write(os.path.join(ev("sched/sched_wakeup"), "filter"), f'comm ~ "{glob}"')
-        write(os.path.join(ev("sched/sched_wakeup"), "enable"), "1")
-        os.sync()
-        write("/proc/sys/vm/drop_caches", "3\n")
-        write(os.path.join(inst, "tracing_on"), "1")
-        subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        write(os.path.join(inst, "tracing_on"), "0")
-        with open(os.path.join(inst, "trace")) as f:
-            return f.read().splitlines()
-    finally:
-        write(os.path.join(ev("sched/sched_switch"), "enable"), "0")
-        write(os.path.join(ev("sched/sched_switch"), "trigger"), f"!stacktrace if {asleep}")
-        os.rmdir(inst)
+EVENTS = ("sched/sched_process_exec", "sched/sched_process_fork",
+          "block/block_rq_issue", "block/block_rq_complete")
 
 
 def sector_map(cmd):
@@ -120,7 +88,7 @@ def main():
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if not cmd:
         sys.exit("usage: inflight.py [--min-ms MS] COMM_GLOB -- CMD...")
-    lines = trace(a.glob, cmd)
+    lines = trace(a.glob, cmd, EVENTS, 65536)
     extents = sector_map(cmd)
     starts = [e[0] for e in extents]
     t0, inflight, asleep, total, n = None, {}, {}, 0.0, 0
@@ -152,7 +120,7 @@ def main():
                 f = lines[i].strip()
                 if f.startswith("=>"):
                     fn = f[3:].split("+")[0].strip()
-                    if fn not in SCHED:
+                    if fn not in SCHED_FRAMES:
                         stack.append(fn)
                 i += 1
             asleep[pid] = (t, ms, comm, stack[:4], dict(inflight))
