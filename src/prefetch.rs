@@ -84,11 +84,17 @@ pub const DEFAULT_JOBS: usize = 4;
 /// Default metadata-pass threads: 4 and 8 measured no better (docs/measurements.md).
 pub const DEFAULT_META_JOBS: usize = 2;
 
-/// Default in-flight bytes per data worker. Measured on the demo with `bench/ab.py`
-/// (docs/measurements.md): 2 MiB per worker (8 MiB in all, ~10 ms of this disk's
-/// bandwidth) cut the application's off-CPU time by 7-8 ms against unbounded, and by less
-/// at 1 or 4 MiB.
-pub const DEFAULT_WINDOW: u64 = 2 << 20;
+/// Default in-flight bytes per data worker (512 KiB in all with 4 workers). What a device
+/// can hold in flight is not always counted in requests: this VM's virtio disk has no
+/// indirect descriptors, so its 256-slot ring takes one slot per memory segment, and
+/// `readahead(2)` fills the page cache with single pages that rarely sit next to each other
+/// in memory: ~1 MiB of readahead fills the ring, and every later request, the
+/// application's own included, waits in the queue behind it (the queue was stopped for a
+/// full ring in 83-97% of samples while the plan was issued with 2 MiB per worker).
+/// Measured with `bench/ab.py` (docs/measurements.md, 2026-11-25): against 2 MiB, 128 KiB
+/// cut the demo app's off-CPU time by 3-6 ms and soffice's by 8 ms; 32 KiB helped the demo
+/// as much but slowed soffice, whose plan is four times larger.
+pub const DEFAULT_WINDOW: u64 = 128 << 10;
 /// Bounds of `--jobs` and `--meta-jobs` (the parser and the front check the same).
 pub const MAX_JOBS: u16 = 64;
 pub const MAX_META_JOBS: u16 = 16;
