@@ -242,18 +242,7 @@ pub fn warm_executable(path: &Path, plan: Option<&Plan>) {
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return;
     }
-    // The header is read with the kernel's readahead heuristics off for this descriptor: a
-    // read at offset 0 opens a readahead window and marks a page in it, and the marked
-    // page, touched by the launch a moment later, grows the window on and on. Traced on the
-    // demo, that read 1.1 MB of python3.11 (the unplanned pages between planned ranges)
-    // ahead of the launch's first needs; with the advice exactly the plan's 5.4 MB were
-    // read (docs/measurements.md).
-    let _ = nix::fcntl::posix_fadvise(
-        fd.as_fd(),
-        0,
-        0,
-        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
-    );
+    reads_exact(&fd);
     // The header page: exec reads it first, and it says where the rest is.
     let mut head = vec![0u8; EXE_HEAD];
     let n = nix::sys::uio::pread(fd.as_fd(), &mut head, 0).unwrap_or(0);
@@ -353,7 +342,23 @@ fn open_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC
 }
 
-/// Open a planned file and check it is still what the plan recorded.
+/// Turn the kernel's readahead heuristics off for reads through `fd` (`readahead(2)` is not
+/// affected): such a read then brings in the pages it asks for and no more. Otherwise a read
+/// at offset 0 opens a readahead window and marks a page in it, and the marked page, touched
+/// by the launch a moment later, grows the window on and on: traced on the demo, the front's
+/// read of python3.11's header read 1.1 MB of it that the plan leaves out, in the launch's
+/// first milliseconds; with the advice, exactly the plan's 5.4 MB (docs/measurements.md).
+fn reads_exact(fd: &OwnedFd) {
+    let _ = nix::fcntl::posix_fadvise(
+        fd.as_fd(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
+    );
+}
+
+/// Open a planned file and check it is still what the plan recorded. Reads through the
+/// descriptor (a wait for a range, a residency check) bring in only what they ask for.
 fn open_checked(f: &FileId) -> Result<OwnedFd, Errno> {
     let mut flags = open_flags();
     if f.kind == FileKind::Directory {
@@ -384,6 +389,9 @@ fn open_checked(f: &FileId) -> Result<OwnedFd, Errno> {
     };
     if !kind_ok || !f.unchanged(&now) {
         return Err(Errno::ESTALE);
+    }
+    if f.kind == FileKind::Regular {
+        reads_exact(&fd);
     }
     Ok(fd)
 }
@@ -1577,8 +1585,7 @@ mod tests {
             );
             asked += want;
         }
-        // Only those (and the kernel's readahead around the header read): the rest of the
-        // binary is left to the plan.
+        // Only those (and the header page): the rest of the binary is left to the plan.
         assert!(
             cached(0, 0) <= asked + 32 && asked + 32 < pages / 2,
             "{} of {pages} pages cached after asking for {asked}",
@@ -1611,6 +1618,37 @@ mod tests {
             return;
         }
         warm_executable(&path, None);
+        assert_eq!(cached(), 1);
+    }
+
+    /// Waiting for a planned range reads only that range, even at the start of the file.
+    #[test]
+    fn waiting_for_a_range_reads_only_that_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data");
+        std::fs::write(&path, vec![3u8; 1 << 20]).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        let _ = nix::fcntl::posix_fadvise(
+            &f,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        );
+        let cached = || sys::cachestat(f.as_fd(), 0, 0).unwrap().cached_pages;
+        if cached() != 0 {
+            eprintln!("skipped: this filesystem keeps evicted pages (tmpfs?)");
+            return;
+        }
+        let plan = plan_for(
+            vec![FileId::of(&path).unwrap()],
+            vec![Entry::Data {
+                file: 0,
+                offset: 0,
+                len: 4096,
+            }],
+        );
+        assert_eq!(wait_resident(&plan), 1);
         assert_eq!(cached(), 1);
     }
 }
