@@ -1596,13 +1596,10 @@ mod tests {
         warm_executable(&dir.path().join("missing"), None);
     }
 
-    /// The header read opens no readahead window: a file that is no ELF executable gets
-    /// nothing but its first page (the kernel's readahead for a read at offset 0 would have
-    /// taken four, and marked one to take more when touched).
-    #[test]
-    fn warm_executable_reads_only_the_header_page_of_a_non_elf_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("script");
+    /// A 1 MiB file in `dir`, synced and evicted from the page cache, and a count of its
+    /// cached pages; None (the test skips) on a filesystem that keeps evicted pages.
+    fn evicted_file(dir: &Path) -> Option<(std::path::PathBuf, impl Fn() -> u64)> {
+        let path = dir.join("file");
         std::fs::write(&path, vec![b'#'; 1 << 20]).unwrap();
         let f = std::fs::File::open(&path).unwrap();
         f.sync_all().unwrap();
@@ -1612,11 +1609,23 @@ mod tests {
             0,
             nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
         );
-        let cached = || sys::cachestat(f.as_fd(), 0, 0).unwrap().cached_pages;
+        let cached = move || sys::cachestat(f.as_fd(), 0, 0).unwrap().cached_pages;
         if cached() != 0 {
             eprintln!("skipped: this filesystem keeps evicted pages (tmpfs?)");
-            return;
+            return None;
         }
+        Some((path, cached))
+    }
+
+    /// The header read opens no readahead window: a file that is no ELF executable gets
+    /// nothing but its first page (the kernel's readahead for a read at offset 0 would have
+    /// taken four, and marked one to take more when touched).
+    #[test]
+    fn warm_executable_reads_only_the_header_page_of_a_non_elf_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((path, cached)) = evicted_file(dir.path()) else {
+            return;
+        };
         warm_executable(&path, None);
         assert_eq!(cached(), 1);
     }
@@ -1625,21 +1634,9 @@ mod tests {
     #[test]
     fn waiting_for_a_range_reads_only_that_range() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("data");
-        std::fs::write(&path, vec![3u8; 1 << 20]).unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        f.sync_all().unwrap();
-        let _ = nix::fcntl::posix_fadvise(
-            &f,
-            0,
-            0,
-            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-        );
-        let cached = || sys::cachestat(f.as_fd(), 0, 0).unwrap().cached_pages;
-        if cached() != 0 {
-            eprintln!("skipped: this filesystem keeps evicted pages (tmpfs?)");
+        let Some((path, cached)) = evicted_file(dir.path()) else {
             return;
-        }
+        };
         let plan = plan_for(
             vec![FileId::of(&path).unwrap()],
             vec![Entry::Data {
