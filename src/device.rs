@@ -157,6 +157,238 @@ fn measure_once(dir: &Path) -> std::io::Result<DeviceFacts> {
     })
 }
 
+/// What the device needs, at best, for a plan: its data read with `O_DIRECT` (nothing enters
+/// the page cache) into huge-page buffers at the best of several queue depths, its metadata
+/// blocks at the 4 KiB random-read rate of that depth, and the longest chain of dependent
+/// metadata reads (a directory block, then the inode-table block of the next component, per
+/// path component) at depth-1 latency. A prefetch engine can approach it but not beat it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Floor {
+    pub data_bytes: u64,
+    /// Requests after merging adjacent ranges and splitting at `FLOOR_PIECE`.
+    pub requests: usize,
+    pub metadata_blocks: u64,
+    pub chain_reads: u32,
+    /// The depth with the fastest data pass.
+    pub depth: usize,
+    pub data_ms: f64,
+    pub metadata_ms: f64,
+    pub chain_ms: f64,
+    pub qd1_latency_us: f64,
+    /// `data_ms + metadata_ms + chain_ms`.
+    pub floor_ms: f64,
+    /// The data pass at each depth tried, ms.
+    pub by_depth: Vec<(usize, f64)>,
+    /// Planned files that were not the planned file any more (left out).
+    pub files_skipped: usize,
+}
+
+/// Largest request of the floor's data pass.
+const FLOOR_PIECE: u64 = 1 << 20;
+/// Depths the data pass tries.
+const FLOOR_DEPTHS: &[usize] = &[1, 4, 16, 64];
+
+/// Measure `plan`'s floor on the device holding its files (root, for files only root reads).
+pub fn floor(plan: &crate::plan::Plan) -> std::io::Result<Floor> {
+    use crate::plan::Entry;
+    use std::collections::BTreeMap;
+    use std::os::fd::OwnedFd;
+    let mut ranges: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut meta: Vec<(u32, u64, u64)> = Vec::new();
+    for e in &plan.entries {
+        match *e {
+            Entry::Data { file, offset, len } if len > 0 => {
+                let a = offset / 4096 * 4096;
+                let b = (offset + len).div_ceil(4096) * 4096;
+                ranges.entry(file).or_default().push((a, b));
+            }
+            Entry::Meta {
+                device,
+                offset,
+                len,
+            } if len > 0 => meta.push((device, offset / 4096, (offset + len - 1) / 4096)),
+            _ => {}
+        }
+    }
+    meta.sort_unstable();
+    meta.dedup();
+    let mut metadata_blocks = 0;
+    let mut last: Option<(u32, u64)> = None;
+    for (d, a, b) in meta {
+        let from = match last {
+            Some((ld, lb)) if ld == d && lb >= a => lb + 1,
+            _ => a,
+        };
+        if b >= from {
+            metadata_blocks += b - from + 1;
+        }
+        last = Some((d, last.filter(|l| l.0 == d).map_or(b, |l| l.1.max(b))));
+    }
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut pieces: Vec<(usize, u64, u64)> = Vec::new();
+    let mut files_skipped = 0;
+    let mut data_bytes = 0;
+    for (file, mut v) in ranges {
+        let Some(f) = plan.files.get(file as usize) else {
+            continue;
+        };
+        let Some(fd) = open_direct(f) else {
+            files_skipped += 1;
+            continue;
+        };
+        let size = f.size.div_ceil(4096) * 4096;
+        v.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in v {
+            let b = b.min(size);
+            if b <= a {
+                continue;
+            }
+            match merged.last_mut() {
+                Some(m) if a <= m.1 => m.1 = m.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let idx = fds.len();
+        fds.push(fd);
+        for (a, b) in merged {
+            data_bytes += b - a;
+            let mut o = a;
+            while o < b {
+                let l = FLOOR_PIECE.min(b - o);
+                pieces.push((idx, o, l));
+                o += l;
+            }
+        }
+    }
+    // One huge-page buffer per thread of the deepest pass, made before any timing.
+    let bufs: Vec<std::sync::Mutex<crate::sys::HugeBuf>> =
+        (0..*FLOOR_DEPTHS.iter().max().unwrap_or(&1))
+            .map(|_| crate::sys::HugeBuf::new(FLOOR_PIECE as usize).map(std::sync::Mutex::new))
+            .collect::<std::io::Result<_>>()?;
+    let pass = |depth: usize, work: &[(usize, u64, u64)]| -> std::io::Result<f64> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let threads = depth.min(work.len()).max(1);
+        // Timed from when every thread is ready: spawning is not the device's time.
+        let ready = std::sync::Barrier::new(threads + 1);
+        std::thread::scope(|s| -> std::io::Result<f64> {
+            let hs: Vec<_> = (0..threads)
+                .map(|k| {
+                    let (next, ready, bufs, fds) = (&next, &ready, &bufs, &fds);
+                    s.spawn(move || -> std::io::Result<()> {
+                        let mut buf = bufs[k].lock().unwrap_or_else(|p| p.into_inner());
+                        ready.wait();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(&(f, off, len)) = work.get(i) else {
+                                return Ok(());
+                            };
+                            // A short read at the end of a file is fine; an error is not.
+                            nix::sys::uio::pread(
+                                fds[f].as_fd(),
+                                &mut buf.as_mut_slice()[..len as usize],
+                                off as i64,
+                            )?;
+                        }
+                    })
+                })
+                .collect();
+            ready.wait();
+            let t = Instant::now();
+            for h in hs {
+                h.join()
+                    .map_err(|_| std::io::Error::other("floor thread panicked"))??;
+            }
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        })
+    };
+    // A first pass brings the device (and any cache below the VM) to the state every
+    // measured launch finds after the first; it is not counted.
+    pass(16, &pieces)?;
+    let mut by_depth = Vec::new();
+    for &d in FLOOR_DEPTHS {
+        by_depth.push((d, pass(d, &pieces)?));
+    }
+    let (depth, data_ms) = by_depth
+        .iter()
+        .copied()
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or((1, 0.0));
+    // 4 KiB reads spread over the plan's data: depth-1 latency, and the rate at `depth`.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let small: Vec<(usize, u64, u64)> = (0..pieces.len().min(512))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let p = pieces[(x % pieces.len() as u64) as usize];
+            (p.0, p.1 + (x >> 20) % p.2.div_ceil(4096) * 4096, 4096)
+        })
+        .collect();
+    let (qd1_latency_us, iops) = if small.is_empty() {
+        (0.0, 1.0)
+    } else {
+        let n1 = small.len().min(128);
+        let t1 = pass(1, &small[..n1])?;
+        let tn = pass(depth, &small)?;
+        (
+            t1 * 1e3 / n1 as f64,
+            small.len() as f64 / (tn / 1e3).max(1e-9),
+        )
+    };
+    let chain_reads = 2 * plan
+        .files
+        .iter()
+        .map(|f| f.path.components().count().saturating_sub(1) as u32)
+        .max()
+        .unwrap_or(0);
+    let metadata_ms = metadata_blocks as f64 / iops * 1e3;
+    let chain_ms = chain_reads as f64 * qd1_latency_us / 1e3;
+    Ok(Floor {
+        data_bytes,
+        requests: pieces.len(),
+        metadata_blocks,
+        chain_reads,
+        depth,
+        data_ms,
+        metadata_ms,
+        chain_ms,
+        qd1_latency_us,
+        floor_ms: data_ms + metadata_ms + chain_ms,
+        by_depth,
+        files_skipped,
+    })
+}
+
+/// A planned regular file opened for `O_DIRECT` reads, if it is still the planned file.
+fn open_direct(f: &crate::resolve::FileId) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    if f.kind != crate::resolve::FileKind::Regular {
+        return None;
+    }
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_DIRECT
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_CLOEXEC;
+    let fd = open(&f.path, flags | OFlag::O_NOATIME, Mode::empty())
+        .or_else(|_| open(&f.path, flags, Mode::empty()))
+        .ok()?;
+    let st = fstat(&fd).ok()?;
+    let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
+    let now = crate::resolve::FileId {
+        path: f.path.clone(),
+        dev: crate::sys::Dev::from_user(st.st_dev),
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        kind: f.kind,
+        volatile: false,
+    };
+    (regular && f.unchanged(&now)).then_some(fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +449,83 @@ mod tests {
         assert!(one > 0.0 && many > one && big > one, "{one} {many} {big}");
         // 64 MiB at 1000 MiB/s is about 64 ms.
         assert!((big - 64.1).abs() < 1.0, "{big}");
+    }
+
+    /// The floor reads exactly the plan's ranges (merged, page-aligned) and leaves the page
+    /// cache as it found it: `O_DIRECT`.
+    #[test]
+    fn the_floor_reads_the_plans_ranges_without_caching_them() {
+        use crate::plan::{Plan, Provenance};
+        use crate::resolve::FileId;
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let mut files = Vec::new();
+        for name in ["a", "b"] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, vec![9u8; 1 << 20]).unwrap();
+            let f = std::fs::File::open(&p).unwrap();
+            f.sync_all().unwrap();
+            // Evict it: written pages are clean after the sync.
+            nix::fcntl::posix_fadvise(
+                f.as_fd(),
+                0,
+                0,
+                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+            )
+            .unwrap();
+            files.push(FileId::of(&p).unwrap());
+        }
+        let data = |file, offset, len| Entry::Data { file, offset, len };
+        let plan = Plan {
+            app: "t".into(),
+            created_unix: 0,
+            strategy: "trace".into(),
+            page_size: 4096,
+            files: files.clone(),
+            devices: vec![],
+            // a: 0..8K and 4K..16K overlap (16 KiB); 100 bytes at 64K (a page). b: 2 MiB
+            // asked of a 1 MiB file (clamped to it).
+            entries: vec![
+                data(0, 0, 8192),
+                data(0, 4096, 12288),
+                data(0, 65536, 100),
+                data(1, 0, 2 << 20),
+            ],
+            provenance: Provenance::default(),
+            hold_entries: 0,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec![],
+        };
+        let before: Vec<u64> = files
+            .iter()
+            .map(|f| crate::sys::cached_pages_of(&f.path).unwrap())
+            .collect();
+        let fl = match floor(&plan) {
+            Ok(f) => f,
+            // tmpfs and some others refuse O_DIRECT: nothing to measure there.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                return crate::testutil::skip("the build directory's filesystem has no O_DIRECT")
+            }
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(fl.data_bytes, 16384 + 4096 + (1 << 20), "{fl:?}");
+        assert_eq!(fl.requests, 3, "{fl:?}");
+        assert_eq!(fl.files_skipped, 0);
+        assert_eq!(fl.by_depth.len(), FLOOR_DEPTHS.len());
+        assert!(fl.floor_ms > 0.0 && fl.data_ms > 0.0, "{fl:?}");
+        // Two path components under the temp dir at least: a chain of reads.
+        assert!(fl.chain_reads >= 4, "{fl:?}");
+        let after: Vec<u64> = files
+            .iter()
+            .map(|f| crate::sys::cached_pages_of(&f.path).unwrap())
+            .collect();
+        assert_eq!(before, after, "the floor must not fill the page cache");
+        // A file changed since the plan was made is left out.
+        std::fs::write(&files[1].path, b"changed").unwrap();
+        let fl = floor(&plan).unwrap();
+        assert_eq!(fl.files_skipped, 1);
+        assert_eq!(fl.data_bytes, 16384 + 4096);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod codec;
 pub mod daemon;
 pub mod device;
+pub mod explain;
 pub mod ext4;
 pub mod launch;
 pub mod learn;

@@ -336,8 +336,12 @@ impl RawRun {
                 EventKind::Fork { child, .. } => {
                     tree.insert(*child);
                 }
-                EventKind::Exit { .. } | EventKind::BlockIssue(_) | EventKind::BlockComplete(_) => {
-                }
+                EventKind::Exit { .. }
+                | EventKind::BlockIssue(_)
+                | EventKind::BlockComplete(_)
+                | EventKind::Switch { .. }
+                | EventKind::Waking { .. }
+                | EventKind::Stack(_) => {}
             }
         }
         // Pair block issues with their completions by (device, sector), first in first out.

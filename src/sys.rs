@@ -377,6 +377,75 @@ pub fn fiemap(fd: BorrowedFd<'_>) -> io::Result<Vec<Extent>> {
     }
 }
 
+/// An anonymous buffer aligned to 2 MiB and advised `MADV_HUGEPAGE`, so that a read into it
+/// is a few memory segments rather than one per 4 KiB page (what a device that counts its
+/// queue in segments, as virtio-blk without indirect descriptors does, can take fastest).
+pub struct HugeBuf {
+    ptr: std::ptr::NonNull<u8>,
+    map_len: usize,
+    offset: usize,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned exclusively by this value; nothing else aliases it.
+unsafe impl Send for HugeBuf {}
+
+impl HugeBuf {
+    const ALIGN: usize = 2 << 20;
+
+    /// `len` bytes (rounded up to 4 KiB), touched so that the memory is in place before use.
+    pub fn new(len: usize) -> io::Result<HugeBuf> {
+        let len = len.max(4096).div_ceil(4096) * 4096;
+        let map_len = len + Self::ALIGN;
+        let size = std::num::NonZeroUsize::new(map_len).ok_or_else(|| io::Error::other("empty"))?;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            nix::sys::mman::mmap_anonymous(
+                None,
+                size,
+                nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE,
+                nix::sys::mman::MapFlags::MAP_PRIVATE,
+            )
+        }
+        .map_err(io::Error::from)?;
+        let base = p.as_ptr() as usize;
+        let offset = (Self::ALIGN - base % Self::ALIGN) % Self::ALIGN;
+        let ptr = p.cast::<u8>();
+        // SAFETY: [offset, offset + len) lies inside the mapping just made.
+        let region = unsafe { ptr.as_ptr().add(offset) };
+        if let Some(r) = std::ptr::NonNull::new(region as *mut std::ffi::c_void) {
+            // SAFETY: madvise on memory of our own mapping; a refusal only leaves small pages.
+            let _ = unsafe {
+                nix::sys::mman::madvise(r, len, nix::sys::mman::MmapAdvise::MADV_HUGEPAGE)
+            };
+        }
+        let mut b = HugeBuf {
+            ptr,
+            map_len,
+            offset,
+            len,
+        };
+        b.as_mut_slice()
+            .iter_mut()
+            .step_by(4096)
+            .for_each(|x| *x = 1);
+        Ok(b)
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: [offset, offset + len) is inside the mapping, which lives as long as self,
+        // and &mut self makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.offset), self.len) }
+    }
+}
+
+impl Drop for HugeBuf {
+    fn drop(&mut self) {
+        // SAFETY: the whole mapping made in `new`, unmapped once.
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.map_len) };
+    }
+}
+
 /// Current CLOCK_MONOTONIC in nanoseconds: the clock our tracefs instances use (`mono`), so
 /// userspace instants and event timestamps compare directly.
 pub fn monotonic_ns() -> u64 {

@@ -2063,3 +2063,81 @@ fn daemon_measures_exec_detection_mechanisms() {
         "tracefs instance left behind"
     );
 }
+
+/// `explain` attributes a synthetic launch: a file appended to the workload after learning is
+/// a miss named by its path; every launch's critical path adds up to its wall time, and its
+/// time on the CPU agrees with the root process's own CPU time (rusage).
+#[test]
+fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.learned("synth", 24, 256);
+    // A file the plan cannot know: written and listed after learning.
+    let extra = app.join("plugins/zz-miss.bin");
+    std::fs::write(&extra, vec![0x5au8; 512 * 1024]).unwrap();
+    let mut manifest = std::fs::read_to_string(app.join("manifest")).unwrap();
+    manifest.push_str("plugins/zz-miss.bin\n");
+    std::fs::write(app.join("manifest"), manifest).unwrap();
+    let o = run(sb
+        .ws()
+        .args(["explain", "--app", "synth", "--json", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let j = json(&o);
+    let launches = j["launches"].as_array().unwrap();
+    let names: Vec<&str> = launches
+        .iter()
+        .map(|l| l["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cold", "warm", "warmstart"], "{j}");
+    for l in launches {
+        let wall = l["wall_ms"].as_f64().unwrap();
+        let crit: f64 = l["critical"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .sum();
+        assert!(
+            (crit - wall).abs() < 0.01,
+            "critical path {crit} vs wall {wall}: {l}"
+        );
+        // On the CPU per the trace, against the process's rusage; the tolerance covers the
+        // few switches around the root's start and exit that rusage counts differently.
+        let on_cpu: f64 = l["critical"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("on CPU"))
+            .map(|(_, v)| v.as_f64().unwrap())
+            .sum();
+        let rusage = l["root_cpu_ms"].as_f64().unwrap();
+        assert!(
+            (on_cpu - rusage).abs() <= 5.0 + 0.1 * wall,
+            "on CPU {on_cpu} ms traced, {rusage} ms by rusage: {l}"
+        );
+    }
+    let ws = &launches[2];
+    let missed = ws["missed"].as_array().unwrap();
+    let miss = missed
+        .iter()
+        .find(|m| m["path"].as_str() == Some(extra.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} not among the misses: {ws}", extra.display()));
+    assert!(miss["pages"].as_u64().unwrap() >= 1, "{miss}");
+    assert!(ws["missed_pages"].as_u64().unwrap() >= miss["pages"].as_u64().unwrap());
+    // The planned files were prefetched, and the launch used plan entries.
+    assert!(ws["prefetched_pages"].as_u64().unwrap() > 0, "{ws}");
+    let used = &ws["entry_states"];
+    let needed = ["in_time", "in_flight", "app_first"]
+        .iter()
+        .map(|k| used[k].as_u64().unwrap())
+        .sum::<u64>();
+    assert!(needed > 0, "{ws}");
+    // Nothing missed in a launch that read nothing new: the warm launch read no pages.
+    assert_eq!(
+        launches[1]["app_read_pages"].as_u64().unwrap(),
+        0,
+        "{}",
+        launches[1]
+    );
+}

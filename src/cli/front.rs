@@ -45,6 +45,7 @@ impl FastRun {
         RunArgs {
             stats: false,
             json: false,
+            explain: false,
             jobs: self.jobs.unwrap_or(DEFAULT_JOBS as u16),
             mem_cap_mb: self.mem_cap_mb,
             meta_jobs: self.meta_jobs.unwrap_or(DEFAULT_META_JOBS as u16),
@@ -244,7 +245,7 @@ mod tests {
                 (true, None) => panic!("--{long}: give the front a sample value or route it"),
                 (false, _) => format!("run --{long} -- ls"),
             };
-            let handed_on = matches!(long, "stats" | "json" | "help");
+            let handed_on = matches!(long, "stats" | "json" | "help" | "explain");
             assert_eq!(classify(&args(&line)).is_none(), handed_on, "`{line}`");
         }
         assert!(seen >= 10, "{seen} options");

@@ -4,6 +4,7 @@
 mod auto;
 mod bench;
 mod demo;
+mod explain;
 pub mod front;
 mod plan;
 mod record;
@@ -67,6 +68,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Prefetch an app's plan now, without launching it (the benchmark's prefetch-only).
     Prefetch(PrefetchArgs),
+    /// Where a launch's time goes: trace a cold, a warm and a `warmstart run` launch, and
+    /// attribute every millisecond of each (root).
+    Explain(ExplainArgs),
     /// Benchmark the suite's real applications: cold, warm, warmstart and the peers (root).
     Bench(BenchArgs),
     /// Run the automatic-mode daemon: learn and prefetch every launched application (root).
@@ -204,6 +208,33 @@ pub struct PrefetchArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The prefetched launch's strategy (default: the one `run` would use).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// Use this app name instead of the key derived from the command.
+    #[arg(long)]
+    pub app: Option<String>,
+    /// Skip the cold and warm launches without warmstart: explain only the prefetched one.
+    #[arg(long)]
+    pub no_cold: bool,
+    /// Stop tracing a launch after this many seconds.
+    #[arg(long, default_value = "60", value_parser = parse_secs)]
+    pub timeout: Duration,
+    /// Print the attribution, the plan's timeline and the misses as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The command to launch, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
 pub struct RecordArgs {
     /// Learning runs; only what every run read is kept (FAST's N_rawseq).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
@@ -247,9 +278,13 @@ pub struct RunArgs {
     /// Print what was prefetched, skipped and stale, and how long it took (on stderr).
     #[arg(long)]
     pub stats: bool,
-    /// With --stats: print them as one JSON object.
+    /// With --stats or --explain: print them as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Trace this launch and print where its time went (as `warmstart explain`, without
+    /// dropping the cache first; root).
+    #[arg(long, conflicts_with = "stats")]
+    pub explain: bool,
     /// Prefetch worker threads.
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=crate::prefetch::MAX_JOBS as i64))]
     pub jobs: u16,
@@ -306,6 +341,18 @@ pub enum PlanCommand {
         #[arg(long, default_value_t = 10)]
         entries: usize,
         /// Show this strategy's plan (default: the one the next `run` would use).
+        #[arg(long)]
+        strategy: Option<String>,
+    },
+    /// Measure the plan's device floor: its data read with O_DIRECT at the best queue depth
+    /// (the page cache untouched), its metadata and its longest chain of dependent metadata
+    /// reads (root, for files only root may read).
+    Floor {
+        /// App key, or a unique part of it.
+        app: String,
+        #[arg(long)]
+        json: bool,
+        /// The strategy's plan (default: the one the next `run` would use).
         #[arg(long)]
         strategy: Option<String>,
     },
@@ -506,10 +553,13 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
     init_logging(cli.verbose, cli.quiet);
     let result = match cli.command {
         Command::Record(a) => record::cmd(&cli.db, a),
+        // Here, not in `run::cmd`: the front calls that, and must not carry the tracer.
+        Command::Run(a) if a.explain => explain::run_explained(&cli.db, &a),
         Command::Run(a) => run::cmd(&cli.db, a),
         Command::Plan(p) => plan::cmd(&cli.db, p),
         Command::Demo(a) => demo::cmd(&cli.db, a),
         Command::Prefetch(a) => plan::prefetch_cmd(&cli.db, a),
+        Command::Explain(a) => explain::cmd(&cli.db, a),
         Command::Daemon(a) => auto::daemon(&cli.db, a),
         Command::Status { json, run_dir } => auto::status(&cli.db, json, &run_dir),
         Command::App(c) => auto::app(&cli.db, c),

@@ -105,6 +105,69 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
             };
             show(&plan, &row.key, &runs, &how, json, entries);
         }
+        PlanCommand::Floor {
+            app,
+            json,
+            strategy,
+        } => {
+            let store = open_existing(db)?;
+            let row = store.find_app(&app)?;
+            let asked = strategy.as_deref().or(row.strategy.as_deref());
+            let chosen = match asked
+                .map(super::record::parse_strategy)
+                .transpose()?
+                .flatten()
+            {
+                Some(st) => st,
+                None => auto_choice(&store, &row, db)?.0,
+            };
+            let plan = match store.plan_for(&row, chosen.name())? {
+                Some(p) => p,
+                None => store.plan(&row)?.ok_or_else(|| {
+                    fail(
+                        code::NOT_FOUND,
+                        format!("`{}` has no plan (record it first)", row.key),
+                    )
+                })?,
+            };
+            drop(store);
+            let f = crate::device::floor(&plan).map_err(|e| {
+                fail(
+                    code::ERROR,
+                    format!("measuring the floor of {}'s plan: {e}", row.key),
+                )
+            })?;
+            if json {
+                println!("{}", json!({"app": row.key, "floor": f}));
+            } else {
+                println!(
+                    "{}: floor {:.1} ms = data {:.1} ms ({} in {} requests at depth {}) + metadata {:.1} ms ({} blocks) + chain {:.1} ms ({} dependent reads at {:.0} us)",
+                    row.key,
+                    f.floor_ms,
+                    f.data_ms,
+                    human_bytes(f.data_bytes),
+                    f.requests,
+                    f.depth,
+                    f.metadata_ms,
+                    f.metadata_blocks,
+                    f.chain_ms,
+                    f.chain_reads,
+                    f.qd1_latency_us
+                );
+                let d: Vec<String> = f
+                    .by_depth
+                    .iter()
+                    .map(|(d, ms)| format!("depth {d}: {ms:.1} ms"))
+                    .collect();
+                println!("  data pass {}", d.join(", "));
+                if f.files_skipped > 0 {
+                    println!(
+                        "  {} planned files changed since learning, left out",
+                        f.files_skipped
+                    );
+                }
+            }
+        }
         PlanCommand::Rm { app } => {
             let mut store = open_existing(db)?;
             let row = store.find_app(&app)?;

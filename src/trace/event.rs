@@ -29,6 +29,23 @@ pub const LAUNCH_EVENTS: &[(&str, &str)] = &[
 pub const BLOCK_EVENTS: &[(&str, &str)] =
     &[("block", "block_rq_issue"), ("block", "block_rq_complete")];
 
+/// What `explain` adds to the unfiltered instance: every switch (with a kernel stack for each
+/// uninterruptible sleep) and wakeup, so that the time of every task, and who had the CPU
+/// meanwhile, is known; and every page-cache insert with the thread that made it (prefetcher,
+/// application or anyone else).
+pub const SCHED_EVENTS: &[(&str, &str)] = &[
+    ("sched", "sched_switch"),
+    ("sched", "sched_waking"),
+    ("filemap", "mm_filemap_add_to_page_cache"),
+    ("ftrace", "kernel_stack"),
+];
+
+/// `prev_state` of a task that was preempted while runnable (`TASK_REPORT_MAX`, shown "R+").
+pub const STATE_PREEMPTED: i64 = 0x100;
+/// `prev_state` bits: interruptible (S) and uninterruptible (D) sleep, idle kthread (I).
+pub const STATE_INTERRUPTIBLE: i64 = 0x1;
+pub const STATE_UNINTERRUPTIBLE: i64 = 0x2;
+
 /// One decoded event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
@@ -100,6 +117,26 @@ pub enum EventKind {
     },
     BlockIssue(BlockRq),
     BlockComplete(BlockRq),
+    /// CPU `cpu` switched from `prev` (leaving in `prev_state`, see `STATE_*`) to `next`;
+    /// `stack` holds the kernel stack of an uninterruptible sleep when one was recorded.
+    Switch {
+        cpu: u16,
+        prev: i32,
+        prev_comm: String,
+        prev_state: i64,
+        next: i32,
+        next_comm: String,
+        stack: Vec<u64>,
+    },
+    /// `pid` is being woken; the event's `tid` is the waker (sched_waking runs in its
+    /// context), unless `irq`: woken from an interrupt, in whatever task it interrupted.
+    Waking {
+        pid: i32,
+        irq: bool,
+    },
+    /// A kernel stack recorded by a `stacktrace` trigger, for the event just before it on the
+    /// same CPU (the reader attaches it to that `Switch`).
+    Stack(Vec<u64>),
 }
 
 /// A block request as the block layer saw it.
@@ -174,6 +211,20 @@ enum Layout {
         sectors: FieldRef,
         rwbs: FieldRef,
     },
+    Switch {
+        prev: FieldRef,
+        prev_comm: FieldRef,
+        prev_state: FieldRef,
+        next: FieldRef,
+        next_comm: FieldRef,
+    },
+    Waking {
+        pid: FieldRef,
+    },
+    Stack {
+        size: FieldRef,
+        caller: FieldRef,
+    },
 }
 
 /// Decodes raw records of the events it was built for; records of other ids are ignored.
@@ -181,6 +232,7 @@ enum Layout {
 pub struct Decoder {
     common_type: FieldRef,
     common_pid: FieldRef,
+    common_flags: Option<FieldRef>,
     layouts: HashMap<u16, Layout>,
 }
 
@@ -193,6 +245,7 @@ impl Decoder {
             .ok_or_else(|| TraceError::Format("no event formats".into()))?;
         let common_type = first.require("common_type")?;
         let common_pid = first.require("common_pid")?;
+        let common_flags = first.field("common_flags").map(FieldRef::from);
         let mut layouts = HashMap::new();
         for f in formats {
             let r = |n: &str| f.require(n);
@@ -246,6 +299,18 @@ impl Decoder {
                     sectors: r("nr_sector")?,
                     rwbs: r("rwbs")?,
                 },
+                "sched_switch" => Layout::Switch {
+                    prev: r("prev_pid")?,
+                    prev_comm: r("prev_comm")?,
+                    prev_state: r("prev_state")?,
+                    next: r("next_pid")?,
+                    next_comm: r("next_comm")?,
+                },
+                "sched_waking" => Layout::Waking { pid: r("pid")? },
+                "kernel_stack" => Layout::Stack {
+                    size: r("size")?,
+                    caller: r("caller")?,
+                },
                 other => return Err(TraceError::Format(format!("no decoder for event {other}"))),
             };
             layouts.insert(f.id, layout);
@@ -253,6 +318,7 @@ impl Decoder {
         Ok(Decoder {
             common_type,
             common_pid,
+            common_flags,
             layouts,
         })
     }
@@ -362,6 +428,41 @@ impl Decoder {
                 } else {
                     EventKind::BlockIssue(rq)
                 }
+            }
+            Layout::Switch {
+                prev,
+                prev_comm,
+                prev_state,
+                next,
+                next_comm,
+            } => EventKind::Switch {
+                cpu: 0,
+                prev: i(prev)?,
+                prev_comm: prev_comm.string(rec).ok_or_else(short)?,
+                prev_state: prev_state.int(rec).ok_or_else(short)?,
+                next: i(next)?,
+                next_comm: next_comm.string(rec).ok_or_else(short)?,
+                stack: Vec::new(),
+            },
+            Layout::Waking { pid } => EventKind::Waking {
+                pid: i(pid)?,
+                // TRACE_FLAG_HARDIRQ | TRACE_FLAG_SOFTIRQ (kernel/trace/trace.h).
+                irq: self
+                    .common_flags
+                    .and_then(|f| f.uint(rec))
+                    .is_some_and(|fl| fl & 0x18 != 0),
+            },
+            Layout::Stack { size, caller } => {
+                // `caller` is declared as 8 entries but holds `size` of them: the record is
+                // as long as the stack (read no further than the record goes).
+                let n = u(size)? as usize;
+                let words = rec.get(caller.offset..).unwrap_or(&[]).chunks_exact(8);
+                EventKind::Stack(
+                    words
+                        .take(n)
+                        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])))
+                        .collect(),
+                )
             }
         };
         Ok(Some(Event { ts, tid, kind }))
@@ -487,6 +588,9 @@ mod tests {
                     "block_rq_complete: {},{} {}",
                     rq.dev.major, rq.dev.minor, rq.rwbs
                 ),
+                EventKind::Switch { .. } | EventKind::Waking { .. } | EventKind::Stack(_) => {
+                    panic!("not enabled in this capture: {e:?}")
+                }
             };
             // Every piece of our rendering must appear, in order, in the kernel's line.
             let mut rest = line.as_str();

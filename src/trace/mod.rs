@@ -13,7 +13,7 @@ pub mod tracefs;
 use std::path::{Path, PathBuf};
 
 pub use event::{BlockRq, Event, EventKind};
-pub use session::{trace_launch, EndReason, TraceConfig, TracedLaunch};
+pub use session::{trace_explained, trace_launch, EndReason, TraceConfig, TracedLaunch};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {

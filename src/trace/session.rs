@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::event::{Decoder, Event, EventKind, BLOCK_EVENTS, LAUNCH_EVENTS};
+use super::event::{Decoder, Event, EventKind, BLOCK_EVENTS, LAUNCH_EVENTS, SCHED_EVENTS};
 use super::format::{EventFormat, PageHeader};
 use super::knobs::KnobGuard;
 use super::opens::{OpenMonitor, OpenRecord};
@@ -144,13 +144,30 @@ impl Reader {
                     }
                 };
                 let mut err = None;
+                let events = &mut self.events;
                 let info = parse_page(&self.buf[..n], &self.header, |ts, rec| {
                     match self.decoder.decode(ts, rec) {
-                        Ok(Some(e)) => {
+                        Ok(Some(mut e)) => {
                             if is_access(&e.kind) {
                                 newest = Some(newest.map_or(e.ts, |t: u64| t.max(e.ts)));
                             }
-                            self.events.push(e)
+                            match &mut e.kind {
+                                EventKind::Switch { cpu: c, .. } => *c = *cpu as u16,
+                                EventKind::Stack(frames) => {
+                                    // A stack follows its event in the same CPU's buffer,
+                                    // and this loop reads one CPU at a time.
+                                    if let Some(Event {
+                                        kind: EventKind::Switch { stack, .. },
+                                        ..
+                                    }) = events.last_mut()
+                                    {
+                                        *stack = std::mem::take(frames);
+                                    }
+                                    return;
+                                }
+                                _ => {}
+                            }
+                            events.push(e)
                         }
                         Ok(None) => {}
                         Err(e) => err = Some(e),
@@ -207,7 +224,8 @@ fn configure(
     // Producer/consumer mode: a full buffer drops new events and counts them, which we check.
     inst.write("options/overwrite", "0")?;
     for (sys, ev) in systems {
-        if formats.iter().any(|f| f.name == *ev) {
+        // ftrace entries (kernel_stack) are written by triggers, not enabled.
+        if *sys != "ftrace" && formats.iter().any(|f| f.name == *ev) {
             inst.enable_event(sys, ev)?;
         }
     }
@@ -242,6 +260,18 @@ impl Tracing {
         with_block: bool,
         change_knobs: bool,
     ) -> Result<Tracing, TraceError> {
+        Tracing::start_with(tfs, cfg, with_block, change_knobs, false)
+    }
+
+    /// `start`; with `sched`, the unfiltered instance also records every switch (with the
+    /// kernel stack of each uninterruptible sleep), wakeup and page-cache insert (`explain`).
+    fn start_with(
+        tfs: &Tracefs,
+        cfg: &TraceConfig,
+        with_block: bool,
+        change_knobs: bool,
+        sched: bool,
+    ) -> Result<Tracing, TraceError> {
         let launch_formats = formats(tfs, LAUNCH_EVENTS)?;
         let header = tfs.page_header()?;
         if cfg.drop_caches {
@@ -259,14 +289,31 @@ impl Tracing {
         inst.write("options/event-fork", "1")?;
         let reader = Reader::new(&inst, &launch_formats, header)?;
         let (blk, blk_reader) = if with_block {
-            let block_formats = formats(tfs, BLOCK_EVENTS)?;
+            let mut list: Vec<(&str, &str)> = BLOCK_EVENTS.to_vec();
+            if sched {
+                list.extend(SCHED_EVENTS);
+            }
+            let block_formats = formats(tfs, &list)?;
             let blk = tfs.create_instance(&format!("{tag}-block"))?;
-            configure(
-                &blk,
-                &block_formats,
-                (cfg.buffer_kb / 4).max(1024),
-                BLOCK_EVENTS,
-            )?;
+            // Every switch of the machine, not only the launch's: a larger buffer.
+            let kb = if sched {
+                cfg.buffer_kb.max(16384)
+            } else {
+                (cfg.buffer_kb / 4).max(1024)
+            };
+            configure(&blk, &block_formats, kb, &list)?;
+            if sched {
+                // The stack tells what an uninterruptible sleep waited for (a page, a
+                // directory block, an inode, a lock); only those sleeps need one.
+                blk.set_trigger(
+                    "sched",
+                    "sched_switch",
+                    &format!(
+                        "stacktrace if prev_state & {}",
+                        super::event::STATE_UNINTERRUPTIBLE
+                    ),
+                )?;
+            }
             let r = Reader::new(&blk, &block_formats, header)?;
             (Some(blk), Some(r))
         } else {
@@ -382,7 +429,32 @@ pub fn trace_launch(
     cfg: &TraceConfig,
     interrupt: &AtomicUsize,
 ) -> Result<TracedLaunch, TraceError> {
-    let mut tr = Tracing::start(tfs, cfg, true, true)?;
+    trace_launch_with(tfs, exe, argv, cfg, interrupt, true, false)
+}
+
+/// A launch traced for `explain`: as it would run untraced (no kernel setting changed, the
+/// cache dropped if `cfg` says so), with every switch, wakeup and page-cache insert of the
+/// machine recorded beside the tree's own events (`TracedLaunch::block`).
+pub fn trace_explained(
+    tfs: &Tracefs,
+    exe: &Path,
+    argv: &[OsString],
+    cfg: &TraceConfig,
+    interrupt: &AtomicUsize,
+) -> Result<TracedLaunch, TraceError> {
+    trace_launch_with(tfs, exe, argv, cfg, interrupt, false, true)
+}
+
+fn trace_launch_with(
+    tfs: &Tracefs,
+    exe: &Path,
+    argv: &[OsString],
+    cfg: &TraceConfig,
+    interrupt: &AtomicUsize,
+    change_knobs: bool,
+    sched: bool,
+) -> Result<TracedLaunch, TraceError> {
+    let mut tr = Tracing::start_with(tfs, cfg, true, change_knobs, sched)?;
     let child = spawn_gated(exe, argv, cfg.quiet)?;
     let root = child.pid();
     tr.follow(root)?;

@@ -80,7 +80,11 @@ impl Tracefs {
         let name = format!("{INSTANCE_PREFIX}{}-{tag}", std::process::id());
         let dir = self.root.join("instances").join(&name);
         fs::create_dir(&dir).map_err(|e| TraceError::io(&dir, e))?;
-        let inst = Instance { dir, name };
+        let inst = Instance {
+            dir,
+            name,
+            triggers: Default::default(),
+        };
         // A new instance starts with tracing on; keep it quiet until it is configured.
         inst.write("tracing_on", "0")?;
         Ok(inst)
@@ -206,6 +210,9 @@ fn parse_tracefs_mount(mountinfo: &str) -> Option<PathBuf> {
 pub struct Instance {
     dir: PathBuf,
     name: String,
+    /// Triggers set on events of this instance, as `events/SYS/EVENT/trigger` paths and
+    /// commands, taken off again before the instance is removed.
+    triggers: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 /// Per-CPU loss counters from `per_cpu/cpuN/stats`.
@@ -272,6 +279,21 @@ impl Instance {
         self.write(&rel, "1")
     }
 
+    /// Set a trigger (`stacktrace if FILTER`, ...) on an event of this instance; it is
+    /// removed again when the instance is dropped.
+    pub fn set_trigger(&self, system: &str, event: &str, trigger: &str) -> Result<(), TraceError> {
+        let rel = format!("events/{system}/{event}/trigger");
+        if !self.dir.join(&rel).exists() {
+            return Err(TraceError::MissingEvent(format!("{system}:{event}")));
+        }
+        self.write(&rel, trigger)?;
+        self.triggers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((rel, trigger.to_string()));
+        Ok(())
+    }
+
     pub fn set_on(&self, on: bool) -> Result<(), TraceError> {
         self.write("tracing_on", if on { "1" } else { "0" })
     }
@@ -325,6 +347,11 @@ impl Drop for Instance {
     fn drop(&mut self) {
         // Stop first so nothing is written while the kernel tears the buffers down.
         let _ = self.set_on(false);
+        let triggers =
+            std::mem::take(&mut *self.triggers.lock().unwrap_or_else(|p| p.into_inner()));
+        for (rel, t) in triggers {
+            let _ = self.write(&rel, &format!("!{t}"));
+        }
         if let Err(e) = fs::remove_dir(&self.dir) {
             tracing::warn!(
                 "could not remove tracefs instance {}: {e}; remove it with `rmdir {}`",
