@@ -678,6 +678,7 @@ mod tests {
             ended: EndReason::Exited,
             exit: Exit::Code(0),
             usage: Usage::default(),
+            tracer_tids: vec![],
         }
     }
 

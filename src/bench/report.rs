@@ -106,6 +106,80 @@ pub fn markdown(r: &Results) -> String {
             a.resolved_fraction * 100.0
         );
     }
+    if r.apps
+        .iter()
+        .any(|a| a.accuracy.floor.is_some() || a.accuracy.miss_ratio.is_some())
+    {
+        let _ = writeln!(
+            s,
+            "\n## Prefetch speed and plan accuracy\n\n\
+             Floor: what the device needs at best for the plan (its data read with O_DIRECT at \
+             the best queue depth, its metadata blocks at that depth's 4 KiB rate, its longest \
+             chain of dependent metadata reads at depth-1 latency; `warmstart plan floor`). \
+             Miss ratio, waste, inversions and waits: one traced prefetched launch after the \
+             rounds (`warmstart explain --no-cold`).\n"
+        );
+        let _ = writeln!(
+            s,
+            "| app | prefetch-only ms | floor ms | × floor | miss ratio | waste | inversions | off-CPU ms (traced) | largest waits (ms) |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
+        let mut within = (0, 0);
+        for a in &r.apps {
+            let acc = &a.accuracy;
+            let po = a
+                .summary
+                .get("prefetch-only")
+                .filter(|p| p.n > 0)
+                .map(|p| p.median_ms);
+            let fl = acc.floor.as_ref().map(|f| f.floor_ms);
+            let ratio = match (po, fl) {
+                (Some(p), Some(f)) if f > 0.0 => Some(p / f),
+                _ => None,
+            };
+            if let Some(x) = ratio {
+                within.1 += 1;
+                if x <= 1.5 {
+                    within.0 += 1;
+                }
+            }
+            let f1 = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.0}"));
+            let waits: Vec<String> = acc
+                .top_waits
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.0}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                a.name,
+                f1(po),
+                f1(fl),
+                ratio.map_or("–".into(), |x| format!("{x:.2}")),
+                acc.miss_ratio
+                    .map_or("–".into(), |v| format!("{:.1}%", v * 100.0)),
+                acc.waste
+                    .map_or("–".into(), |v| format!("{:.1}%", v * 100.0)),
+                match (acc.inversions, acc.needed_entries) {
+                    (Some(i), Some(n)) => format!("{i} of {n}"),
+                    _ => "–".into(),
+                },
+                f1(acc.off_cpu_ms),
+                if waits.is_empty() {
+                    acc.error.clone().unwrap_or_else(|| "–".into())
+                } else {
+                    waits.join("; ")
+                }
+            );
+        }
+        if within.1 > 0 {
+            let _ = writeln!(
+                s,
+                "\nPrefetch-only within 1.5× of the floor: {} of {} apps.",
+                within.0, within.1
+            );
+        }
+    }
     if r.apps.iter().any(|a| !a.last_io_ms.is_empty()) {
         let _ = writeln!(s, "\n## Last disk activity before ready (round 1, ms; the papers' launch end, at 10 ms sampling)\n");
         let _ = writeln!(s, "| app | cold | warmstart |");
@@ -356,6 +430,49 @@ pub fn timeline_svg(
     root.present().map_err(plot_err)
 }
 
+/// The prefetcher's timeline against the launch's needs, by plan position: when each data
+/// entry was issued and read, and when the launch first needed it (from `explain`).
+pub fn plan_timeline_svg(
+    app: &str,
+    timeline: &[(Option<f64>, Option<f64>, Option<f64>)],
+    path: &Path,
+) -> std::io::Result<()> {
+    let root = SVGBackend::new(path, (900, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let tmax = timeline
+        .iter()
+        .flat_map(|(a, b, c)| [*a, *b, *c])
+        .flatten()
+        .fold(1.0f64, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{app}: plan entries issued (blue), read (green), first needed by the launch (red)"
+            ),
+            ("sans-serif", 15),
+        )
+        .margin(10)
+        .x_label_area_size(32)
+        .y_label_area_size(48)
+        .build_cartesian_2d(0f64..timeline.len().max(1) as f64, 0f64..tmax * 1.05)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("plan data entry (plan order)")
+        .y_desc("ms since launch")
+        .draw()
+        .map_err(plot_err)?;
+    for (k, color) in [(0usize, BLUE), (1, GREEN), (2, RED)] {
+        chart
+            .draw_series(timeline.iter().enumerate().filter_map(|(i, t)| {
+                let v = [t.0, t.1, t.2][k]?;
+                Some(Circle::new((i as f64, v), 2, color.filled()))
+            }))
+            .map_err(plot_err)?;
+    }
+    root.present().map_err(plot_err)
+}
+
 /// Write results.json, results.md and the SVG plots into `dir`.
 pub fn write_all(r: &Results, dir: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(dir)?;
@@ -378,6 +495,11 @@ pub fn write_all(r: &Results, dir: &Path) -> std::io::Result<Vec<std::path::Path
         if !series.is_empty() {
             let p = dir.join(format!("timeline-{}.svg", a.name));
             timeline_svg(&a.name, &series, r.machine.cpus, &p)?;
+            written.push(p);
+        }
+        if !a.accuracy.timeline.is_empty() {
+            let p = dir.join(format!("plan-{}.svg", a.name));
+            plan_timeline_svg(&a.name, &a.accuracy.timeline, &p)?;
             written.push(p);
         }
     }

@@ -175,6 +175,31 @@ pub struct AppResult {
     /// What the per-app adaptation ended at after all rounds.
     #[serde(default)]
     pub adapt: Adapt,
+    /// The plan's device floor and accuracy.
+    #[serde(default)]
+    pub accuracy: Accuracy,
+}
+
+/// How close the prefetch comes to what the device can do, and how accurate the plan is:
+/// the floor is measured right after learning; the rest comes from one traced prefetched
+/// launch after the rounds (`warmstart explain --no-cold`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Accuracy {
+    pub floor: Option<crate::device::Floor>,
+    /// Pages the prefetched launch still read itself that the plan lacks, over the plan's.
+    pub miss_ratio: Option<f64>,
+    /// Pages the prefetch read that the launch never touched, over the plan's.
+    pub waste: Option<f64>,
+    /// Plan entries the launch needed before the prefetch had them in memory, and all the
+    /// entries it needed.
+    pub inversions: Option<u64>,
+    pub needed_entries: Option<u64>,
+    /// The traced launch's critical path off the CPU, and its largest parts.
+    pub off_cpu_ms: Option<f64>,
+    pub top_waits: Vec<(String, f64)>,
+    /// Per plan data entry of the traced launch: (issued, completed, needed) ms.
+    pub timeline: Vec<(Option<f64>, Option<f64>, Option<f64>)>,
+    pub error: Option<String>,
 }
 
 /// The end state of an app's adaptive settings: Paralfetch's dynamic scheduling and auto's
@@ -672,6 +697,112 @@ fn close_descendants(root: i32) {
     }
 }
 
+/// The device floor of an app's launch-order plan.
+fn floor_of(db: &Path, app: &str) -> Option<crate::device::Floor> {
+    let store = Store::open(db).ok()?;
+    let row = store.find_app(app).ok()?;
+    let plan = store.plan(&row).ok()??;
+    drop(store);
+    crate::device::floor(&plan)
+        .map_err(|e| tracing::warn!("{app}: measuring the plan's floor: {e}"))
+        .ok()
+}
+
+/// One prefetched launch of `app` traced and attributed by `warmstart explain --no-cold`
+/// (this binary): miss ratio, waste, inversions, where its time went. A window app is
+/// traced for twice its median warm launch (at least 3 s), then closed.
+fn explained(ctx: &Ctx<'_>, app: &AppSpec, res: &AppResult) -> Result<Accuracy, BenchError> {
+    let me = std::env::current_exe()
+        .map_err(|e| BenchError::Setup(format!("locating the benchmark binary: {e}")))?;
+    let timeout = if matches!(app.ready, Ready::Exit) {
+        app.timeout.as_secs_f64()
+    } else {
+        let warm = res
+            .samples
+            .iter()
+            .filter(|s| s.scenario == "warm" && s.ready)
+            .map(|s| s.ms)
+            .collect::<Vec<_>>();
+        (Spread::of(&warm).map_or(3000.0, |s| s.median) * 2.0 / 1e3).max(3.0)
+    };
+    ctx.cold()?;
+    let mut cmd = Command::new(me);
+    cmd.args([
+        "--db",
+        &ctx.db.display().to_string(),
+        "-q",
+        "explain",
+        "--no-cold",
+        "--json",
+    ])
+    .args([
+        "--timeout",
+        &format!("{timeout:.1}"),
+        "--app",
+        &app.name,
+        "--",
+    ])
+    .args(ctx.argv(app))
+    .current_dir(ctx.work(app))
+    .stdin(Stdio::null())
+    .stderr(Stdio::null());
+    for (k, v) in ctx.env(app) {
+        cmd.env(k, v);
+    }
+    if let (Some(d), true) = (&ctx.display, app.ready.is_gui()) {
+        cmd.env("DISPLAY", d);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| BenchError::Setup(format!("cannot run explain: {e}")))?;
+    if ctx.interrupt.load(Ordering::SeqCst) != 0 {
+        return Err(BenchError::Interrupted);
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|_| BenchError::Setup(format!("explain of {} gave no result", app.name)))?;
+    let l = v["launches"]
+        .as_array()
+        .and_then(|a| a.iter().find(|l| l["scenario"] == "warmstart"))
+        .ok_or_else(|| {
+            BenchError::Setup(format!("explain of {}: no prefetched launch", app.name))
+        })?;
+    let n = |k: &str| l[k].as_u64();
+    let plan = n("plan_pages").unwrap_or(0).max(1) as f64;
+    let states = &l["entry_states"];
+    let st = |k: &str| states[k].as_u64().unwrap_or(0);
+    let mut waits: Vec<(String, f64)> = l["critical"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !k.starts_with("on CPU"))
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    waits.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let off: f64 = waits.iter().map(|w| w.1).sum();
+    waits.truncate(3);
+    let f = |e: &serde_json::Value, k: &str| e[k].as_f64();
+    Ok(Accuracy {
+        floor: None,
+        miss_ratio: n("missed_pages").map(|m| m as f64 / plan),
+        waste: n("wasted_pages").map(|w| w as f64 / plan),
+        inversions: Some(st("in_flight") + st("app_first")),
+        needed_entries: Some(st("in_flight") + st("app_first") + st("in_time")),
+        off_cpu_ms: Some(off),
+        top_waits: waits,
+        timeline: l["entries"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| (f(e, "issued_ms"), f(e, "completed_ms"), f(e, "needed_ms")))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        error: None,
+    })
+}
+
 fn planned_files(db: &Path, app: &str) -> Vec<String> {
     let Ok(store) = Store::open(db) else {
         return vec![];
@@ -989,7 +1120,7 @@ pub fn run(
         display: xvfb.as_ref().map(|x| x.display.clone()),
         interrupt,
     };
-    let per_app = 1 + opts.rounds as u64 * opts.scenarios.len() as u64;
+    let per_app = 2 + opts.rounds as u64 * opts.scenarios.len() as u64;
     let total =
         per_app * opts.apps.len() as u64 + opts.together.len() as u64 * opts.rounds as u64 * 2;
     let mut done = 0u64;
@@ -1013,6 +1144,9 @@ pub fn run(
                     .map(|_| ())
             })
             .and_then(|_| learn_app(&ctx, app, &mut results[i]));
+        if r.is_ok() {
+            results[i].accuracy.floor = floor_of(&ctx.db, &app.name);
+        }
         match r {
             Ok(()) => {}
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
@@ -1072,6 +1206,24 @@ pub fn run(
                 }
                 done += 1;
             }
+        }
+    }
+    for (i, app) in opts.apps.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        progress(
+            &format!("{}: one traced prefetched launch", app.name),
+            done,
+            total,
+        );
+        match explained(&ctx, app, &results[i]) {
+            Ok(a) => {
+                let floor = results[i].accuracy.floor.take();
+                results[i].accuracy = Accuracy { floor, ..a };
+            }
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => results[i].accuracy.error = Some(e.to_string()),
         }
     }
     for r in &mut results {

@@ -39,6 +39,8 @@ pub enum Whom {
     Kernel,
     /// No task: the waiting task was not allowed on the idle CPU.
     Idle,
+    /// The tracer that records this launch (`explain` itself).
+    Tracer,
     /// Another process, by name.
     Other(String),
 }
@@ -134,6 +136,7 @@ impl Cause {
                     Whom::Warmstart => "warmstart".to_string(),
                     Whom::Kernel => "kernel threads".to_string(),
                     Whom::Idle => "none (CPU affinity)".to_string(),
+                    Whom::Tracer => "the tracer (explain itself)".to_string(),
                     Whom::Other(c) => c.clone(),
                 }
             ),
@@ -278,6 +281,9 @@ pub struct Input<'a> {
     pub plan: Option<&'a PlanPages>,
     pub sectors: &'a SectorMap,
     pub syms: &'a Ksyms,
+    /// Threads of the tracing process itself (its time is the measurement's, not the
+    /// launch's competition).
+    pub tracer: &'a HashSet<i32>,
 }
 
 /// One plan entry's timeline, ms from the launch's start.
@@ -441,6 +447,7 @@ impl Ctx<'_> {
             Role::App => Whom::App,
             Role::Warmstart => Whom::Warmstart,
             Role::Other if tid == 0 => Whom::Idle,
+            Role::Other if self.input.tracer.contains(&tid) => Whom::Tracer,
             Role::Other => {
                 let c = self.comm.get(&tid).cloned().unwrap_or_default();
                 if kernel_comm(&c) {
@@ -494,7 +501,7 @@ impl Ctx<'_> {
                 (Some(_), Some(Role::App)) => Cause::Tree,
                 (Some(_), Some(Role::Warmstart)) => Cause::Warmstart,
                 (Some(w), _) => match self.whom(w) {
-                    Whom::Idle | Whom::Kernel => Cause::Timer,
+                    Whom::Idle | Whom::Kernel | Whom::Tracer => Cause::Timer,
                     Whom::Other(c) => Cause::OtherProcess(c),
                     _ => Cause::Timer,
                 },
@@ -1104,16 +1111,18 @@ pub fn attribute(input: &Input<'_>) -> Attribution {
             entries.push(et);
         }
     }
+    // Of the plan's files only: warmstart also reads its own database and binary.
+    let planned_file = |k: &(FileKey, u64)| input.plan.is_some_and(|p| p.ranges.contains_key(&k.0));
     let prefetched: Vec<u64> = cx
         .inserted
         .iter()
-        .filter(|(k, v)| v.1 == Role::Warmstart && !is_bdev(&k.0))
+        .filter(|(k, v)| v.1 == Role::Warmstart && planned_file(k))
         .map(|(_, v)| v.0)
         .collect();
     let wasted = cx
         .inserted
         .iter()
-        .filter(|(k, v)| v.1 == Role::Warmstart && !is_bdev(&k.0) && !cx.touched.contains(k))
+        .filter(|(k, v)| v.1 == Role::Warmstart && planned_file(k) && !cx.touched.contains(k))
         .count() as u64;
     let app_read = cx
         .inserted
@@ -1300,6 +1309,7 @@ mod tests {
             plan: pages.as_ref(),
             sectors: &sectors,
             syms: &k,
+            tracer: &HashSet::new(),
         })
     }
 

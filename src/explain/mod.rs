@@ -93,6 +93,7 @@ pub fn trace_and_attribute(
         ..TraceConfig::default()
     };
     let traced = crate::trace::trace_explained(tfs, exe, argv, &cfg, interrupt)?;
+    let tracer: std::collections::HashSet<i32> = traced.tracer_tids.iter().copied().collect();
     let pages = plan.map(PlanPages::of);
     let sectors = plan
         .map(|p| {
@@ -109,6 +110,7 @@ pub fn trace_and_attribute(
         plan: pages.as_ref(),
         sectors: &sectors,
         syms,
+        tracer: &tracer,
     });
     for m in &mut a.missed {
         m.path = traced

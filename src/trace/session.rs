@@ -82,6 +82,20 @@ pub struct TracedLaunch {
     pub ended: EndReason,
     pub exit: Exit,
     pub usage: Usage,
+    /// Threads of this (the tracing) process while it traced: its own time on the CPU is
+    /// the measurement's.
+    pub tracer_tids: Vec<i32>,
+}
+
+/// The threads of this process now.
+fn own_tids() -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl TracedLaunch {
@@ -458,6 +472,7 @@ fn trace_launch_with(
     let child = spawn_gated(exe, argv, cfg.quiet)?;
     let root = child.pid();
     tr.follow(root)?;
+    let tracer_tids = own_tids();
     let start_ts = monotonic_ns();
     child.release()?;
 
@@ -509,6 +524,12 @@ fn trace_launch_with(
     };
     let (exit, usage) = match root_exit {
         Some(x) => x,
+        // Explaining a launch that is still running at the timeout (a GUI app): the window
+        // traced is the launch; the app is closed.
+        None if sched => {
+            kill_tree(root);
+            (Exit::Signal(libc::SIGTERM), Usage::default())
+        }
         None => {
             if ended != EndReason::Exited {
                 tracing::info!(
@@ -533,6 +554,7 @@ fn trace_launch_with(
         ended,
         exit,
         usage,
+        tracer_tids,
     })
 }
 
@@ -656,6 +678,7 @@ fn stream_attached(
         ended,
         exit: Exit::Code(0),
         usage: Usage::default(),
+        tracer_tids: own_tids(),
     })
 }
 
