@@ -42,12 +42,16 @@ pub struct LearnOptions {
     pub trace: TraceConfig,
     /// Keep a run whose command exited non-zero.
     pub allow_failure: bool,
+    /// Plain cold launches timed after learning (a command that exits by itself only):
+    /// what `auto` compares the strategies with before it may stop prefetching an app.
+    pub baseline_runs: u32,
 }
 
 impl Default for LearnOptions {
     fn default() -> Self {
         LearnOptions {
             runs: 2,
+            baseline_runs: 2,
             trace: TraceConfig::default(),
             allow_failure: false,
         }
@@ -174,6 +178,28 @@ pub fn learn(
             },
         )?;
     }
+    // A launch that ends by itself can be timed: plain, cold, untraced, for `auto`'s
+    // comparison (a window app's learning run ends on idle; it is not timed).
+    if runs
+        .iter()
+        .all(|r| r.ended == crate::trace::EndReason::Exited)
+    {
+        for _ in 0..opts.baseline_runs {
+            let Some(ms) = time_plain(exe, argv, &opts.trace, interrupt)? else {
+                break;
+            };
+            store.add_launch(
+                app_id,
+                &LaunchRecord {
+                    at_unix: now_unix(),
+                    mode: "run".into(),
+                    wall_ms: ms,
+                    strategy: Some(crate::schedule::auto::PLAIN.into()),
+                    ..LaunchRecord::default()
+                },
+            )?;
+        }
+    }
     Ok(Learned {
         app_id,
         runs,
@@ -184,6 +210,60 @@ pub fn learn(
         plan_build_ms,
         plan_bytes,
     })
+}
+
+/// One plain, untraced launch (after a cache drop when `cfg` says so), timed from its exec
+/// until its root process exits; the rest of its tree is reaped as the learning runs' is.
+/// None when it did not exit within `cfg.timeout` (it is then terminated).
+fn time_plain(
+    exe: &Path,
+    argv: &[OsString],
+    cfg: &TraceConfig,
+    interrupt: &AtomicUsize,
+) -> Result<Option<f64>, LearnError> {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering;
+    if cfg.drop_caches {
+        sys::drop_caches().map_err(|e| TraceError::io(Path::new("/proc/sys/vm/drop_caches"), e))?;
+    }
+    let child = crate::launch::spawn_gated(exe, argv, cfg.quiet).map_err(TraceError::from)?;
+    let root = child.pid();
+    let pidfd = sys::pidfd_open(root).map_err(|e| TraceError::io(Path::new("pidfd_open"), e))?;
+    let t0 = std::time::Instant::now();
+    child.release().map_err(TraceError::from)?;
+    let mut ms = None;
+    while ms.is_none() {
+        let mut fds = [nix::poll::PollFd::new(
+            pidfd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        if matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(50u16)), Ok(n) if n > 0)
+        {
+            ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+        } else if let sig @ 1.. = interrupt.load(Ordering::SeqCst) {
+            crate::trace::session::kill_tree(root);
+            return Err(TraceError::Interrupted(sig as i32).into());
+        } else if t0.elapsed() > cfg.timeout {
+            crate::trace::session::kill_tree(root);
+            return Ok(None);
+        }
+    }
+    // Its orphans are ours (subreaper): wait for them as a learning run does.
+    let deadline = std::time::Instant::now() + cfg.timeout;
+    loop {
+        match sys::wait4(-1, true) {
+            Ok(Some(_)) => continue,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Ok(None) => {
+                crate::trace::session::kill_tree(root);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(ms)
 }
 
 /// The launch-order base of an app's plans, from its cold learning runs.

@@ -93,8 +93,12 @@ pub const DEFAULT_META_JOBS: usize = 2;
 /// full ring in 83-97% of samples while the plan was issued with 2 MiB per worker).
 /// Measured with `bench/ab.py` (docs/measurements.md, 2026-11-25): against 2 MiB, 128 KiB
 /// cut the demo app's off-CPU time by 3-6 ms and soffice's by 8 ms; 32 KiB helped the demo
-/// as much but slowed soffice, whose plan is four times larger.
-pub const DEFAULT_WINDOW: u64 = 128 << 10;
+/// as much but slowed soffice, whose plan is four times larger. But a small window starves
+/// plans of large ranges, whose launches wait on the prefetch's throughput, not on the
+/// queue's length (docs/measurements.md, 2026-11-25, fourth entry): against 128 KiB, 512 KiB
+/// and 1 MiB cut chromium's off-CPU time by 29 and 38 ms, 1 MiB npm's by 29 ms and
+/// soffice's by 13 ms, and cost inkscape and R 1-6 ms (within their noise).
+pub const DEFAULT_WINDOW: u64 = 512 << 10;
 /// Bounds of `--jobs` and `--meta-jobs` (the parser and the front check the same).
 pub const MAX_JOBS: u16 = 64;
 pub const MAX_META_JOBS: u16 = 16;
@@ -193,7 +197,17 @@ struct Counters {
     resident: AtomicU64,
     first_ns: AtomicU64,
     last_ns: AtomicU64,
+    /// Data bytes looked at for the warm check (`WARM_PROBE`), and of them resident.
+    probed: AtomicU64,
+    probed_resident: AtomicU64,
 }
+
+/// The plan's first data bytes the prefetch checks to tell a warm launch (the app's files
+/// already in memory) from a cold one.
+const WARM_PROBE: u64 = 4 << 20;
+/// Share of the probed bytes resident for a launch to count as warm: then the application
+/// gets all its CPUs back at once, as there is (next to) nothing to prefetch beside it.
+const WARM_SHARE: f64 = 0.9;
 
 /// Largest single readahead(2): the kernel silently trims a request to
 /// max(read_ahead_kb, max_sectors_kb) of the file's device, so longer ranges are split.
@@ -434,6 +448,8 @@ struct Engine<'a> {
     window: u64,
     /// `planned_blocks` of the plan.
     planned_blocks: HashSet<(Dev, u64)>,
+    /// Set once the plan's first `WARM_PROBE` bytes were found (nearly all) in memory.
+    warm: &'a AtomicBool,
 }
 
 /// Inodes per inode-table block assumed when grouping inode numbers: 256-byte inodes in
@@ -522,6 +538,17 @@ impl Engine<'_> {
                     .as_ref()
                     .and_then(|fd| sys::cachestat(fd.as_fd(), w.offset, w.len).ok())
                     .map_or(0, |c| c.cached_pages * 4096);
+                if fd.is_some() && self.c.probed.load(Ordering::Relaxed) < WARM_PROBE {
+                    let seen = self.c.probed.fetch_add(w.len, Ordering::Relaxed) + w.len;
+                    let res = self
+                        .c
+                        .probed_resident
+                        .fetch_add(cached_before.min(w.len), Ordering::Relaxed)
+                        + cached_before.min(w.len);
+                    if seen >= WARM_PROBE && res as f64 >= WARM_SHARE * seen as f64 {
+                        self.warm.store(true, Ordering::Relaxed);
+                    }
+                }
                 match fd {
                     Some(fd) => match sys::readahead(fd.as_fd(), w.offset, w.len) {
                         Ok(()) => {
@@ -703,6 +730,18 @@ pub fn prefetch_holding(
     stop: &AtomicBool,
     on_head: &(dyn Fn() + Sync),
 ) -> PrefetchReport {
+    prefetch_watching(plan, opts, stop, on_head, &AtomicBool::new(false))
+}
+
+/// `prefetch_holding`, setting `warm` as soon as the plan's first data turn out to be in
+/// memory already (a warm launch).
+fn prefetch_watching(
+    plan: &Plan,
+    opts: &PrefetchOptions,
+    stop: &AtomicBool,
+    on_head: &(dyn Fn() + Sync),
+    warm: &AtomicBool,
+) -> PrefetchReport {
     let start = Instant::now();
     // Taken beside the workers (its lock files and journal may be on a cold disk: 4-5 ms
     // before the first request when taken first), released once everything is issued (the
@@ -827,6 +866,7 @@ pub fn prefetch_holding(
         start,
         window: opts.window,
         planned_blocks: planned_blocks(plan),
+        warm,
     };
     let jobs = opts.jobs.max(1);
     let hold = plan.hold_entries as usize;
@@ -867,6 +907,13 @@ pub fn prefetch_holding(
     });
     let knob_hold = knob_hold.into_inner().unwrap_or_else(|p| p.into_inner());
     let c = &engine.c;
+    let (seen, res) = (
+        c.probed.load(Ordering::Relaxed),
+        c.probed_resident.load(Ordering::Relaxed),
+    );
+    if seen > 0 && res as f64 >= WARM_SHARE * seen as f64 {
+        warm.store(true, Ordering::Relaxed);
+    }
     let total_work = engine.work.len();
     let done = c.done.load(Ordering::Relaxed);
     PrefetchReport {
@@ -926,6 +973,7 @@ pub fn wait_resident_entries(plan: &Plan, range: std::ops::Range<usize>) -> usiz
 /// A prefetch running in the background while the application launches.
 pub struct Running {
     stop: Arc<AtomicBool>,
+    warm: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<PrefetchReport>,
 }
 
@@ -941,6 +989,8 @@ impl Running {
     ) -> std::io::Result<(Running, std::sync::mpsc::Receiver<()>)> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
+        let warm = Arc::new(AtomicBool::new(false));
+        let w2 = warm.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
         let handle = std::thread::Builder::new()
@@ -955,13 +1005,25 @@ impl Running {
                 } else if let Some(cpu) = opts.avoid_cpu {
                     sys::keep_off_cpu(cpu);
                 }
-                prefetch_holding(&plan, &opts, &s2, &|| {
-                    if let Ok(t) = tx.lock() {
-                        let _ = t.send(());
-                    }
-                })
+                prefetch_watching(
+                    &plan,
+                    &opts,
+                    &s2,
+                    &|| {
+                        if let Ok(t) = tx.lock() {
+                            let _ = t.send(());
+                        }
+                    },
+                    &w2,
+                )
             })?;
-        Ok((Running { stop, handle }, rx))
+        Ok((Running { stop, warm, handle }, rx))
+    }
+
+    /// The plan's first data were already in memory: a warm launch, where the prefetch has
+    /// (next to) nothing to do beside the application.
+    pub fn is_warm(&self) -> bool {
+        self.warm.load(Ordering::Relaxed)
     }
 
     /// The whole plan has been issued.
@@ -1052,6 +1114,50 @@ mod tests {
             t_exp_ms: None,
             notes: vec![],
         }
+    }
+
+    /// A plan whose data are all in memory is seen as a warm launch, one whose data are not
+    /// is not.
+    #[test]
+    fn a_plan_already_in_memory_is_a_warm_launch() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let p = dir.path().join("big");
+        std::fs::write(&p, vec![1u8; 6 << 20]).unwrap();
+        let id = FileId::of(&p).unwrap();
+        let plan = plan_for(
+            vec![id],
+            (0..6)
+                .map(|i| Entry::Data {
+                    file: 0,
+                    offset: i << 20,
+                    len: 1 << 20,
+                })
+                .collect(),
+        );
+        let opts = PrefetchOptions {
+            jobs: 1,
+            ..PrefetchOptions::default()
+        };
+        // Just written: every page cached.
+        let warm = AtomicBool::new(false);
+        prefetch_watching(&plan, &opts, &AtomicBool::new(false), &|| {}, &warm);
+        assert!(warm.load(Ordering::Relaxed), "all in memory: warm");
+        // Evicted (clean after the sync): cold.
+        let f = std::fs::File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        nix::fcntl::posix_fadvise(
+            f.as_fd(),
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+        if sys::cached_pages_of(&p).unwrap() > 0 {
+            return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
+        }
+        let warm = AtomicBool::new(false);
+        prefetch_watching(&plan, &opts, &AtomicBool::new(false), &|| {}, &warm);
+        assert!(!warm.load(Ordering::Relaxed), "nothing in memory: cold");
     }
 
     #[test]

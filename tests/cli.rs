@@ -2141,3 +2141,63 @@ fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
         launches[1]
     );
 }
+
+/// Do no harm: `record` times plain cold launches; when they are clearly faster than every
+/// strategy's launches, `run` launches the app plainly (and times that launch too, so that
+/// `auto` keeps comparing), and `plan show` says so and why.
+#[test]
+fn an_app_that_prefetching_does_not_help_is_launched_plainly() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.learned("synth", 12, 64);
+    let mut store = Store::open(&sb.db()).unwrap();
+    let row = store.find_app("synth").unwrap();
+    // `record` timed two plain launches.
+    let plain = |s: &Store| {
+        s.launches(row.id, 1000)
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.strategy.as_deref() == Some("none") && l.wall_ms > 0.0)
+            .count()
+    };
+    assert_eq!(plain(&store), 2, "record's plain launches");
+    // A history in which every strategy is far slower than a plain launch.
+    for s in ["paralfetch", "trace", "fast"] {
+        for _ in 0..2 {
+            store
+                .add_launch(
+                    row.id,
+                    &warmstart::store::LaunchRecord {
+                        mode: "run".into(),
+                        wall_ms: 1e6,
+                        strategy: Some(s.into()),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+        }
+    }
+    drop(store);
+    let o = run(sb.ws().args(["plan", "show", "synth", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let show = json(&o);
+    assert_eq!(show["strategy_in_use"], "none", "{show}");
+    assert!(
+        show["why"].as_str().unwrap().contains("plain launch"),
+        "{show}"
+    );
+    drop_caches();
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "synth", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    wait_knob_holders_gone();
+    // The plain launch was timed and recorded by its watcher.
+    let store = Store::open(&sb.db()).unwrap();
+    let t0 = Instant::now();
+    while plain(&store) < 3 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(plain(&store), 3, "the plain launch is recorded");
+}

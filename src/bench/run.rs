@@ -235,7 +235,7 @@ fn adapt_of(db: &Path, app: &str) -> Adapt {
         paralfetch_raises: settings.paralfetch_raises,
         shift_kib: Some(p.shift_bytes / 1024),
         distance: Some(p.distance),
-        auto_strategy: Some(st.name().to_string()),
+        auto_strategy: Some(crate::schedule::auto::name_of(st).to_string()),
         auto_reason: Some(why),
     }
 }

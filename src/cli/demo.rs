@@ -45,8 +45,10 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
         }
     };
     say(format!("learning {} ({} cold runs)...", key.key, a.runs));
+    // The demo times its own plain launches (and asks for a strategy).
     let mut opts = LearnOptions {
         runs: a.runs,
+        baseline_runs: 0,
         ..LearnOptions::default()
     };
     opts.trace.quiet = true;

@@ -30,13 +30,16 @@ fn plan_of(db: &Path, key: &str, strategy: Option<&str>) -> anyhow::Result<Optio
         .transpose()?
         .flatten();
     let strategy = match wanted {
-        Some(s) => s,
+        Some(s) => Some(s),
         None => crate::schedule::auto::choose(&store.launches(app.id, 200)?, true).0,
     };
-    Ok(match store.plan_for(&app, strategy.name())? {
-        Some(p) => Some(p),
-        None => store.plan(&app)?,
-    })
+    // A plain launch (auto's `none`): the launch-order plan, to attribute against.
+    Ok(
+        match store.plan_for(&app, crate::schedule::auto::name_of(strategy))? {
+            Some(p) => Some(p),
+            None => store.plan(&app)?,
+        },
+    )
 }
 
 /// `warmstart run ... -- CMD` as the launcher users run, for the prefetched launch.

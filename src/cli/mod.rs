@@ -257,6 +257,11 @@ pub struct RecordArgs {
     /// Keep learning runs whose command exits with a non-zero status.
     #[arg(long)]
     pub allow_failure: bool,
+    /// Plain cold launches to time after learning (a command that exits by itself): what
+    /// `auto` compares its strategies with before it stops prefetching an app that does not
+    /// gain from it (0: none).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=20))]
+    pub baseline_runs: u32,
     /// Set the app's default strategy (fast, trace, sorted, paralfetch, hybrid, auto).
     #[arg(long)]
     pub strategy: Option<String>,

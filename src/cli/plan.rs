@@ -76,11 +76,16 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                 .transpose()?
                 .flatten()
             {
-                Some(st) if strategy.is_some() => (st, "asked for".to_string()),
-                Some(st) => (st, "the app's default (record --strategy)".to_string()),
+                Some(st) if strategy.is_some() => (Some(st), "asked for".to_string()),
+                Some(st) => (
+                    Some(st),
+                    "the app's default (record --strategy)".to_string(),
+                ),
                 None => auto_choice(&store, &row, db)?,
             };
-            let plan = match store.plan_for(&row, chosen.name())? {
+            // A plain launch (auto's `none`) shows the launch-order plan it does not use.
+            let name = crate::schedule::auto::name_of(chosen);
+            let plan = match store.plan_for(&row, name)? {
                 Some(p) => p,
                 None => store.plan(&row)?.ok_or_else(|| {
                     fail(
@@ -97,7 +102,7 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                 .map(|(id, at, _)| (id, at))
                 .collect();
             let how = How {
-                chosen: chosen.name(),
+                chosen: name,
                 why: &why,
                 strategies: &strategies,
                 paralfetch: settings.paralfetch,
@@ -118,10 +123,10 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                 .transpose()?
                 .flatten()
             {
-                Some(st) => st,
+                Some(st) => Some(st),
                 None => auto_choice(&store, &row, db)?.0,
             };
-            let plan = match store.plan_for(&row, chosen.name())? {
+            let plan = match store.plan_for(&row, crate::schedule::auto::name_of(chosen))? {
                 Some(p) => p,
                 None => store.plan(&row)?.ok_or_else(|| {
                     fail(
@@ -191,7 +196,7 @@ fn auto_choice(
     store: &Store,
     row: &crate::store::AppRow,
     db: &Path,
-) -> anyhow::Result<(crate::schedule::Strategy, String)> {
+) -> anyhow::Result<(crate::schedule::auto::Choice, String)> {
     use std::os::unix::fs::MetadataExt;
     let dev = db
         .parent()

@@ -64,6 +64,7 @@ pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
             ..TraceConfig::default()
         },
         allow_failure: a.allow_failure,
+        baseline_runs: a.baseline_runs,
     };
     let quiet = a.json;
     let mut progress = |i: u32, n: u32, r: &crate::sequence::RawRun| {

@@ -39,6 +39,9 @@ use crate::trace::knobs::{self, KnobGuard};
 /// How long after its start a launch still counts as timed (FAST's T_timeout): a longer-lived
 /// process (an interactive app) gives no launch time.
 const TIMED_LAUNCH: Duration = Duration::from_secs(30);
+/// How long the prefetcher watches closely for a warm launch (the plan's first data found in
+/// memory), to give the application its CPUs back at once.
+const WARM_WATCH: Duration = Duration::from_millis(100);
 /// Dynamic scheduling (Paralfetch 3.3): waits above this share of the plan's entries make the
 /// next launch's schedule more aggressive.
 const WAIT_SHARE: f64 = 0.05;
@@ -52,7 +55,15 @@ struct Chosen {
     why: String,
 }
 
-fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option<Chosen>> {
+/// What a launch of a known app does.
+enum Decision {
+    /// Replay a plan beside it.
+    Prefetch(Box<Chosen>),
+    /// Launch it plainly, timed: `auto` found that no strategy beats a plain launch.
+    Plain(AppRow),
+}
+
+fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option<Decision>> {
     if !db.exists() {
         return Ok(None);
     }
@@ -75,7 +86,13 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
         ),
         None => {
             let queueing = device_queueing(&store, db);
-            auto::choose(&store.launches(app.id, 200)?, queueing)
+            match auto::choose(&store.launches(app.id, 200)?, queueing) {
+                (Some(s), why) => (s, why),
+                (None, why) => {
+                    tracing::debug!("{key}: {why}");
+                    return Ok(Some(Decision::Plain(app)));
+                }
+            }
         }
     };
     let plan = match store.plan_for(&app, strategy.name())? {
@@ -86,13 +103,13 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
             None => return Ok(None),
         },
     };
-    Ok(Some(Chosen {
+    Ok(Some(Decision::Prefetch(Box::new(Chosen {
         store,
         app,
         plan,
         strategy,
         why,
-    }))
+    }))))
 }
 
 fn device_queueing(store: &Store, db: &Path) -> bool {
@@ -119,6 +136,8 @@ fn now_unix() -> i64 {
 }
 
 pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
+    // The launch's start, as far as this process can tell: its time is the launch's.
+    let t0 = Instant::now();
     if let Some(s) = &a.strategy {
         parse_strategy(s)?;
     }
@@ -143,11 +162,13 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 .ok()
         })
         .flatten();
-    let chosen = match load_plan(db, &key.key, a.strategy.as_deref()) {
-        Ok(x) => x,
+    let (chosen, plain) = match load_plan(db, &key.key, a.strategy.as_deref()) {
+        Ok(Some(Decision::Prefetch(c))) => (Some(*c), None),
+        Ok(Some(Decision::Plain(app))) => (None, Some(app)),
+        Ok(None) => (None, None),
         Err(e) => {
             tracing::warn!("{e:#}; running without prefetch");
-            None
+            (None, None)
         }
     };
     // Only now: issued first, the executable's readahead (then the whole binary, megabytes)
@@ -196,10 +217,13 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             let hold = plan.hold_entries > 0;
             let place = (!a.share_cpu).then(|| placement::for_plan(&plan)).flatten();
             let released = detach_prefetcher(
-                db.to_path_buf(),
-                app,
-                plan,
-                strategy,
+                Job {
+                    db: db.to_path_buf(),
+                    app,
+                    plan,
+                    strategy,
+                    started: t0,
+                },
                 PrefetchOptions {
                     placement: place.clone(),
                     ..opts
@@ -236,8 +260,68 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         }
         None => {
             Deferred::end(deferred, None);
+            if let Some(app) = plain {
+                // How warm this launch is, for `auto` to leave a warm one out.
+                let exe_bytes = std::fs::metadata(&exe).map(|m| m.len()).unwrap_or(0);
+                let exe_cached = sys::cached_pages_of(&exe).unwrap_or(0) * 4096;
+                detach_watcher(db.to_path_buf(), app, t0, exe_bytes, exe_cached);
+            }
             exec_app(&exe, &a.command)
         }
+    }
+}
+
+/// Time a plain launch (auto's `none`) from a detached grandchild, as the prefetcher times
+/// a prefetched one, and record it: so that `auto` keeps comparing plain launches with the
+/// strategies, and re-tries them.
+fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, exe_bytes: u64, exe_cached: u64) {
+    let app_pid = std::process::id() as i32;
+    // SAFETY: no other thread runs now (the knob thread is joined); the intermediate child
+    // only forks again and _exits.
+    match unsafe { fork() } {
+        Ok(ForkResult::Parent { child }) => {
+            let _ = nix::sys::wait::waitpid(child, None);
+        }
+        Ok(ForkResult::Child) => {
+            sys::close_inherited_fds();
+            // SAFETY: as above; this process is single-threaded.
+            if let Ok(ForkResult::Child) = unsafe { fork() } {
+                if let Ok(pidfd) = sys::pidfd_open(app_pid) {
+                    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+                    let left = TIMED_LAUNCH.saturating_sub(t0.elapsed()).as_millis();
+                    let exited = matches!(
+                        poll(&mut fds, PollTimeout::from(left.min(u16::MAX as u128) as u16)),
+                        Ok(n) if n > 0
+                    );
+                    let rec = LaunchRecord {
+                        at_unix: now_unix(),
+                        mode: "run".into(),
+                        wall_ms: if exited {
+                            t0.elapsed().as_secs_f64() * 1e3
+                        } else {
+                            0.0
+                        },
+                        prefetched_bytes: exe_bytes,
+                        resident_bytes: Some(exe_cached),
+                        strategy: Some(auto::PLAIN.into()),
+                        ..LaunchRecord::default()
+                    };
+                    match Store::open(&db) {
+                        Ok(mut s) => {
+                            if let Err(e) = s.add_launch(app.id, &rec) {
+                                tracing::debug!("could not record the launch: {e}");
+                            }
+                        }
+                        Err(e) => tracing::debug!("could not record the launch: {e}"),
+                    }
+                }
+                std::process::exit(0);
+            }
+            // SAFETY: _exit ends the intermediate child without running the parent's atexit
+            // handlers or flushing its copied buffers twice.
+            unsafe { libc::_exit(0) }
+        }
+        Err(e) => tracing::debug!("cannot time this plain launch: {e}"),
     }
 }
 
@@ -301,11 +385,18 @@ fn wait_release(fd: &OwnedFd, cap: Duration) {
 /// Start the prefetcher as a grandchild: it replays the plan, watches this process (about to
 /// become the application), records the launch. With `hold`, returns the read end of a pipe
 /// that becomes readable when the plan's head is in memory.
-fn detach_prefetcher(
+/// What a detached prefetcher works on.
+struct Job {
     db: PathBuf,
     app: AppRow,
     plan: Plan,
     strategy: Strategy,
+    /// When `run` started: the launch's time is counted from there.
+    started: Instant,
+}
+
+fn detach_prefetcher(
+    job: Job,
     opts: PrefetchOptions,
     hold: bool,
     avoid_cpu: bool,
@@ -359,7 +450,7 @@ fn detach_prefetcher(
                     avoid_cpu: avoid_cpu.then(|| sys::last_cpu(app_pid)).flatten(),
                     ..opts
                 };
-                let code = prefetcher_main(&db, app, plan, strategy, opts, app_pid, release);
+                let code = prefetcher_main(job, opts, app_pid, release);
                 std::process::exit(code);
             }
             // SAFETY: _exit ends the intermediate child without running the parent's atexit
@@ -397,15 +488,15 @@ fn tree_waits(pid: i32) -> u64 {
 }
 
 /// The detached prefetcher: run the plan, stop when the application exits, record.
-fn prefetcher_main(
-    db: &Path,
-    app: AppRow,
-    plan: Plan,
-    strategy: Strategy,
-    opts: PrefetchOptions,
-    app_pid: i32,
-    release: Option<OwnedFd>,
-) -> i32 {
+fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Option<OwnedFd>) -> i32 {
+    let Job {
+        db,
+        app,
+        plan,
+        strategy,
+        started,
+    } = job;
+    let db = db.as_path();
     // Hold no end of the application's stdin/stdout: a pipe reader must see EOF when the app
     // is done. stderr stays for warnings.
     if let Ok(null) = std::fs::OpenOptions::new()
@@ -429,7 +520,6 @@ fn prefetcher_main(
         return 0; // the application is already gone
     };
     let entries = plan.entries.len();
-    let started = Instant::now();
     let place = opts.placement.clone();
     let launch_start = sys::start_time(app_pid);
     let (running, head) = match Running::start_holding(Arc::new(plan), opts) {
@@ -454,10 +544,22 @@ fn prefetcher_main(
     let mut waits = 0;
     let mut last_sample = Instant::now();
     let stopped = || stop.load(Ordering::Relaxed) != 0;
+    let mut restored = false;
     while !running.is_finished() && !stopped() {
-        if app_gone(20) {
+        // Looked at often until the warm check has had its chance.
+        if app_gone(if restored || started.elapsed() > WARM_WATCH {
+            20
+        } else {
+            4
+        }) {
             exited = true;
             break;
+        }
+        // A warm launch: nothing to keep the app off the interrupt CPU for.
+        if let (false, true, Some(p), Some(t)) = (restored, running.is_warm(), &place, launch_start)
+        {
+            placement::restore(t, p);
+            restored = true;
         }
         if last_sample.elapsed() >= Duration::from_millis(100) {
             waits = waits.max(tree_waits(app_pid));
@@ -590,7 +692,7 @@ fn spawn_and_wait(
         // Wait for the plan or the child's exit, whichever comes first.
         if let Ok(pidfd) = sys::pidfd_open(pid) {
             let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-            while !running.is_finished() {
+            while !running.is_finished() && !running.is_warm() {
                 if matches!(poll(&mut fds, PollTimeout::from(20u16)), Ok(n) if n > 0) {
                     break;
                 }

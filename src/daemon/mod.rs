@@ -149,7 +149,11 @@ fn choose_plan(
 ) -> Result<Option<(Arc<Plan>, Strategy)>, StoreError> {
     let strategy = match app.strategy.as_deref().and_then(Strategy::parse) {
         Some(st) => st,
-        None => auto::choose(&s.launches(app.id, 200).unwrap_or_default(), queueing).0,
+        None => match auto::choose(&s.launches(app.id, 200).unwrap_or_default(), queueing).0 {
+            Some(st) => st,
+            // Prefetching does not pay for this app: nothing to prefetch.
+            None => return Ok(None),
+        },
     };
     let plan = match s.plan_for(app, strategy.name())? {
         Some(p) => Some(p),
