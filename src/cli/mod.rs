@@ -205,6 +205,10 @@ pub struct PrefetchArgs {
     /// Prefetch worker threads.
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=crate::prefetch::MAX_JOBS as i64))]
     pub jobs: u16,
+    /// Most KiB each worker keeps in flight (0: unbounded). No application runs beside this
+    /// prefetch, so by default nothing holds it back.
+    #[arg(long, default_value_t = 0)]
+    pub window_kb: u64,
 }
 
 #[derive(Args, Debug)]

@@ -368,6 +368,7 @@ pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
     let t0 = std::time::Instant::now();
     let opts = crate::prefetch::PrefetchOptions {
         jobs: a.jobs as usize,
+        window: a.window_kb.saturating_mul(1024),
         inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
         ..Default::default()
     };

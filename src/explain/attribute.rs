@@ -180,6 +180,8 @@ struct Interval {
     waker: Option<i32>,
     /// For `WaitCpu`: how the wait splits by who had the CPUs (filled in at the end).
     split: Vec<(Whom, f64)>,
+    /// For `WaitCpu`: the CPU it got at the end (whose runqueue it waited on).
+    cpu: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
@@ -487,6 +489,7 @@ impl Ctx<'_> {
                 cause,
                 waker,
                 split: Vec::new(),
+                cpu: None,
             });
         }
         task.since = t;
@@ -532,7 +535,8 @@ impl Ctx<'_> {
             Some(MetaKind::Bitmap)
         } else if has("ext4_find_extent") || has("extent_tree_block") || has("ext4_ext_map") {
             Some(MetaKind::Extent)
-        } else if has("ext4_bread")
+        } else if has("d_alloc_parallel")
+            || has("ext4_bread")
             || has("ext4_find_entry")
             || has("ext4_lookup")
             || has("ext4_readdir")
@@ -737,7 +741,17 @@ impl Ctx<'_> {
                 }
                 if let Some(task) = self.tasks.get(next) {
                     match task.st.clone() {
-                        St::Runnable => self.close(*next, t, Cause::WaitCpu(Whom::Idle), None),
+                        St::Runnable => {
+                            let n = task.intervals.len();
+                            self.close(*next, t, Cause::WaitCpu(Whom::Idle), None);
+                            if let Some(iv) = self
+                                .tasks
+                                .get_mut(next)
+                                .and_then(|t| t.intervals.get_mut(n))
+                            {
+                                iv.cpu = Some(*cpu);
+                            }
+                        }
                         St::Asleep { d, stack } => {
                             // Its wakeup was not seen: the sleep ends here.
                             let c = self.sleep_cause(*next, d, &stack, None);
@@ -875,7 +889,13 @@ impl Ctx<'_> {
                     continue;
                 }
                 let mut by: BTreeMap<Whom, u64> = BTreeMap::new();
-                for spans in self.spans.values() {
+                // The CPU it waited on when known (it got that one), else all of them.
+                let cpus = self
+                    .spans
+                    .iter()
+                    .filter(|(c, _)| iv.cpu.is_none_or(|w| w == **c))
+                    .map(|(_, v)| v);
+                for spans in cpus {
                     let i = spans.partition_point(|s| s.1 <= iv.start);
                     for s in &spans[i..] {
                         if s.0 >= iv.end {
