@@ -450,6 +450,15 @@ fn detach_prefetcher(
                     avoid_cpu: avoid_cpu.then(|| sys::last_cpu(app_pid)).flatten(),
                     ..opts
                 };
+                // All of the prefetcher keeps off the application's CPUs, not only its
+                // workers: its own thread opens the database, gives the CPUs back (a walk
+                // of /proc) and records the launch, and a traced launch waited for a CPU
+                // behind it (`warmstart explain`).
+                if let Some(p) = &opts.placement {
+                    sys::set_affinity(0, &p.prefetcher);
+                } else if let Some(cpu) = opts.avoid_cpu {
+                    sys::keep_off_cpu(cpu);
+                }
                 let code = prefetcher_main(job, opts, app_pid, release);
                 std::process::exit(code);
             }
