@@ -2133,12 +2133,15 @@ fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
         .map(|k| used[k].as_u64().unwrap())
         .sum::<u64>();
     assert!(needed > 0, "{ws}");
-    // Nothing missed in a launch that read nothing new: the warm launch read no pages.
-    assert_eq!(
+    // The warm launch found (nearly) everything in memory: a sliver of the cold launch's
+    // reads at most (the system may evict or write back a page meanwhile).
+    let (cold_reads, warm_reads) = (
+        launches[0]["app_read_pages"].as_u64().unwrap(),
         launches[1]["app_read_pages"].as_u64().unwrap(),
-        0,
-        "{}",
-        launches[1]
+    );
+    assert!(
+        cold_reads > 0 && warm_reads * 10 < cold_reads,
+        "cold {cold_reads}, warm {warm_reads}"
     );
 }
 

@@ -159,17 +159,112 @@ pub fn classify(args: &[OsString]) -> Option<FastRun> {
     (!f.command.is_empty()).then_some(f)
 }
 
+/// A plain `prefetch APP` the front runs itself.
+#[derive(Debug, PartialEq)]
+pub struct FastPrefetch {
+    pub db: Option<PathBuf>,
+    pub verbose: u8,
+    pub quiet: bool,
+    pub wait: bool,
+    pub json: bool,
+    pub jobs: Option<u16>,
+    pub window_kb: Option<u64>,
+    pub app: String,
+}
+
+impl FastPrefetch {
+    fn args(&self) -> crate::cli::PrefetchArgs {
+        crate::cli::PrefetchArgs {
+            app: self.app.clone(),
+            wait: self.wait,
+            json: self.json,
+            jobs: self.jobs.unwrap_or(crate::prefetch::DEFAULT_JOBS as u16),
+            window_kb: self.window_kb.unwrap_or(0),
+        }
+    }
+}
+
+/// The `prefetch` in `args` (without argv[0]), if it is one the front runs itself: globals,
+/// `prefetch`, its flags and options in any order, one app; anything else is the full
+/// parser's (with its messages).
+pub fn classify_prefetch(args: &[OsString]) -> Option<FastPrefetch> {
+    let mut g = FastRun {
+        db: None,
+        verbose: 0,
+        quiet: false,
+        jobs: None,
+        meta_jobs: None,
+        window_kb: None,
+        mem_cap_mb: None,
+        hold_cap_ms: None,
+        share_cpu: false,
+        strategy: None,
+        app: None,
+        command: Vec::new(),
+    };
+    let mut it = args.iter();
+    loop {
+        let tok = it.next()?.to_str()?;
+        if tok == "prefetch" {
+            break;
+        }
+        if !global(&mut g, tok, &mut it)? {
+            return None;
+        }
+    }
+    let (mut wait, mut json, mut jobs, mut window_kb, mut app) = (false, false, None, None, None);
+    while let Some(arg) = it.next() {
+        let tok = arg.to_str()?;
+        if global(&mut g, tok, &mut it)? {
+            continue;
+        }
+        match tok {
+            "--wait" => wait = true,
+            "--json" => json = true,
+            t if !t.starts_with('-') && app.is_none() => app = Some(t.to_string()),
+            t => {
+                let (name, value) = match t.split_once('=') {
+                    Some((n, v)) => (n, v.to_string()),
+                    None => (t, it.next()?.to_str()?.to_string()),
+                };
+                match name {
+                    "--jobs" => jobs = Some(ranged(&value, 1, MAX_JOBS)?),
+                    "--window-kb" => window_kb = Some(value.parse().ok()?),
+                    _ => return None,
+                }
+            }
+        }
+    }
+    Some(FastPrefetch {
+        db: g.db,
+        verbose: g.verbose,
+        quiet: g.quiet,
+        wait,
+        json,
+        jobs,
+        window_kb,
+        app: app.filter(|a| !a.is_empty())?,
+    })
+}
+
+/// The database path from `--db`, `WARMSTART_DB`, or the default.
+fn db_of(given: Option<PathBuf>) -> PathBuf {
+    given
+        .or_else(|| std::env::var_os("WARMSTART_DB").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(crate::store::DEFAULT_DB))
+}
+
 /// The binary's entry point.
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().collect();
     let rest = args.get(1..).unwrap_or_default();
     if let Some(fast) = classify(rest) {
-        let db = fast
-            .db
-            .clone()
-            .or_else(|| std::env::var_os("WARMSTART_DB").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(crate::store::DEFAULT_DB));
+        let db = db_of(fast.db.clone());
         return crate::cli::run_direct(&db, fast.verbose, fast.quiet, fast.run_args());
+    }
+    if let Some(p) = classify_prefetch(rest) {
+        let db = db_of(p.db.clone());
+        return crate::cli::prefetch_direct(&db, p.verbose, p.quiet, p.args());
     }
     let full = std::env::current_exe()
         .map(|me| me.with_file_name(FULL))
@@ -249,6 +344,59 @@ mod tests {
             assert_eq!(classify(&args(&line)).is_none(), handed_on, "`{line}`");
         }
         assert!(seen >= 10, "{seen} options");
+    }
+
+    #[test]
+    fn a_plain_prefetch_is_run_by_the_front() {
+        let p =
+            classify_prefetch(&args("--db /x.db prefetch --wait --jobs 8 soffice --json")).unwrap();
+        assert_eq!(p.db, Some(PathBuf::from("/x.db")));
+        assert!(p.wait && p.json);
+        assert_eq!(
+            (p.jobs, p.window_kb, p.app.as_str()),
+            (Some(8), None, "soffice")
+        );
+        let a = classify_prefetch(&args("prefetch -q app --window-kb=512")).unwrap();
+        assert!(a.quiet && !a.wait);
+        assert_eq!(a.args().window_kb, 512);
+        assert_eq!(a.args().jobs as usize, crate::prefetch::DEFAULT_JOBS);
+        for s in [
+            "prefetch",
+            "prefetch --wait",
+            "prefetch --help app",
+            "prefetch a b",
+            "prefetch --jobs 0 a",
+            "prefetch --jobs 99 a",
+            "prefetch --window-kb x a",
+            "prefetch --nosuch a",
+            "prefetch --jobs",
+            "plan prefetch a",
+        ] {
+            assert_eq!(classify_prefetch(&args(s)), None, "`{s}`");
+        }
+    }
+
+    /// Every option the full parser gives `prefetch` is one the front takes.
+    #[test]
+    fn every_prefetch_option_of_the_parser_is_known_to_the_front() {
+        use clap::CommandFactory;
+        let cli = crate::cli::Cli::command();
+        let cmd = cli.find_subcommand("prefetch").unwrap();
+        let mut seen = 0;
+        for a in cmd.get_arguments() {
+            let Some(long) = a.get_long() else { continue };
+            if matches!(long, "help" | "db" | "verbose" | "quiet") {
+                continue;
+            }
+            seen += 1;
+            let line = if a.get_action().takes_values() {
+                format!("prefetch --{long} 4 app")
+            } else {
+                format!("prefetch --{long} app")
+            };
+            assert!(classify_prefetch(&args(&line)).is_some(), "`{line}`");
+        }
+        assert!(seen >= 4, "{seen} options");
     }
 
     #[test]

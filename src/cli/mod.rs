@@ -7,6 +7,7 @@ mod demo;
 mod explain;
 pub mod front;
 mod plan;
+mod prefetch;
 mod record;
 mod run;
 
@@ -546,6 +547,23 @@ pub(crate) fn run_direct(db: &std::path::Path, verbose: u8, quiet: bool, a: RunA
     }
 }
 
+/// `prefetch`, for the front: no command-line parser involved.
+pub(crate) fn prefetch_direct(
+    db: &std::path::Path,
+    verbose: u8,
+    quiet: bool,
+    a: PrefetchArgs,
+) -> i32 {
+    init_logging(verbose, quiet);
+    match prefetch::prefetch_cmd(db, a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("warmstart: {e:#}");
+            exit_code_of(&e)
+        }
+    }
+}
+
 /// Parse arguments, run the command, return the process exit code.
 fn main_with(bench_main: Option<BenchMain>) -> i32 {
     let cli = match Cli::try_parse() {
@@ -567,7 +585,7 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
         Command::Run(a) => run::cmd(&cli.db, a),
         Command::Plan(p) => plan::cmd(&cli.db, p),
         Command::Demo(a) => demo::cmd(&cli.db, a),
-        Command::Prefetch(a) => plan::prefetch_cmd(&cli.db, a),
+        Command::Prefetch(a) => prefetch::prefetch_cmd(&cli.db, a),
         Command::Explain(a) => explain::cmd(&cli.db, a),
         Command::Daemon(a) => auto::daemon(&cli.db, a),
         Command::Status { json, run_dir } => auto::status(&cli.db, json, &run_dir),

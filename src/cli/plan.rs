@@ -4,12 +4,12 @@ use std::path::Path;
 
 use serde_json::json;
 
-use super::{code, fail, fmt_unix, human_bytes, PlanCommand, PrefetchArgs};
+use super::{code, fail, fmt_unix, human_bytes, PlanCommand};
 use crate::plan::{Entry, Plan};
 use crate::resolve::FileId;
 use crate::store::Store;
 
-fn open_existing(db: &Path) -> anyhow::Result<Store> {
+pub(super) fn open_existing(db: &Path) -> anyhow::Result<Store> {
     if !db.exists() {
         return Err(fail(
             code::NOT_FOUND,
@@ -352,51 +352,4 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
             println!("  {:>5}  {line}", i + 1);
         }
     }
-}
-
-/// `warmstart prefetch <app> [--wait]`
-pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
-    let store = open_existing(db)?;
-    let row = store.find_app(&a.app)?;
-    let plan = store.plan(&row)?.ok_or_else(|| {
-        fail(
-            code::NOT_FOUND,
-            format!("`{}` has no plan (record it first)", row.key),
-        )
-    })?;
-    drop(store);
-    let t0 = std::time::Instant::now();
-    let opts = crate::prefetch::PrefetchOptions {
-        jobs: a.jobs as usize,
-        window: a.window_kb.saturating_mul(1024),
-        inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
-        ..Default::default()
-    };
-    let report =
-        crate::prefetch::prefetch(&plan, &opts, &std::sync::atomic::AtomicBool::new(false));
-    let waited = a.wait.then(|| crate::prefetch::wait_resident(&plan));
-    let total_ms = t0.elapsed().as_secs_f64() * 1e3;
-    if a.json {
-        println!(
-            "{}",
-            json!({"app": row.key, "total_ms": total_ms, "waited_ranges": waited, "prefetch": report})
-        );
-    } else {
-        println!(
-            "prefetched {} data + {} metadata ({} lookups, {} listings, {} inodes) of {} in {:.1} ms{}",
-            human_bytes(report.data_bytes),
-            human_bytes(report.metadata_bytes),
-            report.lookups,
-            report.listings,
-            report.inodes,
-            row.key,
-            total_ms,
-            if a.wait {
-                " (all resident)"
-            } else {
-                " (requests issued)"
-            }
-        );
-    }
-    Ok(code::OK)
 }
