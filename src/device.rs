@@ -54,7 +54,8 @@ const PROBE_MB: u64 = 128;
 /// Measurements taken; the best of each figure is kept.
 const PROBE_RUNS: usize = 3;
 
-/// Measure the device holding `dir` with O_DIRECT reads of a scratch file kept in `dir`.
+/// Measure the device holding `dir` with O_DIRECT reads of a scratch file in `dir`, removed
+/// afterwards (the result is stored per device, so it is measured once).
 ///
 /// Other I/O only ever slows a probe down, so it is taken `PROBE_RUNS` times, after a `sync`,
 /// and the best of each figure kept. Measured once right after a build (its writeback still
@@ -64,8 +65,10 @@ pub fn measure(dir: &Path) -> std::io::Result<DeviceFacts> {
     nix::unistd::sync();
     let runs = (0..PROBE_RUNS)
         .map(|_| measure_once(dir))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    Ok(best_of(&runs))
+        .collect::<std::io::Result<Vec<_>>>();
+    // Nothing large is left on disk, whatever the outcome.
+    let _ = std::fs::remove_file(dir.join("device-probe"));
+    Ok(best_of(&runs?))
 }
 
 /// The best of each figure over several probes.
@@ -85,7 +88,7 @@ fn measure_once(dir: &Path) -> std::io::Result<DeviceFacts> {
     let path = dir.join("device-probe");
     let size = PROBE_MB * 1024 * 1024;
     if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) != size {
-        // Real blocks (not a sparse file), written once and kept for later measurements.
+        // Real blocks (not a sparse file), written once for all the probe runs.
         use std::io::Write;
         let mut f = std::fs::File::create(&path)?;
         let chunk: Vec<u8> = (0..1024 * 1024).map(|i| (i * 7 + 13) as u8).collect();
@@ -540,5 +543,9 @@ mod tests {
             "{f:?}"
         );
         assert!(f.qd1_latency_us > 0.0);
+        assert!(
+            !dir.path().join("device-probe").exists(),
+            "the 128 MiB probe file is left behind"
+        );
     }
 }

@@ -351,6 +351,28 @@ impl Store {
         }
     }
 
+    /// Forget every app neither created nor launched since `before` (unix seconds), with its
+    /// plans, runs and history; returns their keys.
+    pub fn prune_apps(&mut self, before: i64) -> Result<Vec<String>, StoreError> {
+        let stale: Vec<(i64, String)> = {
+            let mut stmt = self
+                .conn
+                .prepare(
+                    "SELECT a.id, a.key FROM apps a WHERE a.created_at < ?1
+                       AND NOT EXISTS (SELECT 1 FROM launches l WHERE l.app_id = a.id AND l.at >= ?1)",
+                )
+                .map_err(|e| self.sql(e))?;
+            let rows = stmt
+                .query_map(params![before], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(|e| self.sql(e))?;
+            rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))?
+        };
+        for (id, _) in &stale {
+            self.remove_app(*id)?;
+        }
+        Ok(stale.into_iter().map(|(_, k)| k).collect())
+    }
+
     pub fn upsert_app(&mut self, key: &AppKey) -> Result<i64, StoreError> {
         self.conn
             .execute(
@@ -422,6 +444,14 @@ impl Store {
     }
 
     /// Drop an app's runs and plans (back to learning); its history and settings stay.
+    /// Drop an app's learning runs, keeping its plans (they serve while it learns again).
+    pub fn forget_runs(&mut self, app_id: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM runs WHERE app_id = ?1", [app_id])
+            .map(|_| ())
+            .map_err(|e| self.sql(e))
+    }
+
     pub fn forget_learning(&mut self, app_id: i64) -> Result<(), StoreError> {
         self.conn
             .execute_batch(&format!(
@@ -794,6 +824,46 @@ mod tests {
 
     fn key(k: &str) -> AppKey {
         AppKey::named(k, Path::new("/usr/bin/x"))
+    }
+
+    #[test]
+    fn apps_not_launched_since_a_date_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let old = s.upsert_app(&key("/usr/bin/old")).unwrap();
+        let used = s.upsert_app(&key("/usr/bin/used")).unwrap();
+        let mut plan = sample_plan();
+        s.save_learning(old, &[raw_run()], std::slice::from_mut(&mut plan))
+            .unwrap();
+        let now = now_unix();
+        s.add_launch(
+            used,
+            &LaunchRecord {
+                at_unix: now,
+                mode: "run".into(),
+                ..LaunchRecord::default()
+            },
+        )
+        .unwrap();
+        // Created now: nothing is older than an hour ago.
+        assert!(s.prune_apps(now - 3600).unwrap().is_empty());
+        // A cut a day ahead: `old` was neither created nor launched since and goes; `used`
+        // has a launch after the cut and stays.
+        s.add_launch(
+            used,
+            &LaunchRecord {
+                at_unix: now + 2 * 86_400,
+                mode: "run".into(),
+                ..LaunchRecord::default()
+            },
+        )
+        .unwrap();
+        let gone = s.prune_apps(now + 86_400).unwrap();
+        assert_eq!(gone, vec!["/usr/bin/old".to_string()]);
+        assert!(s.app_by_key("/usr/bin/old").unwrap().is_none());
+        assert!(s.app_by_key("/usr/bin/used").unwrap().is_some());
+        // Its runs and plans went with it.
+        assert!(s.runs(old).unwrap().is_empty());
     }
 
     #[test]

@@ -1660,6 +1660,7 @@ impl Daemon {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
+            .env("WARMSTART_LOG", "debug")
             .spawn()
             .unwrap();
         let d = Daemon {
@@ -1777,10 +1778,27 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
         b"a new version of this file",
     )
     .unwrap();
-    d.wait_phase(&sb, "learning", || {
+    d.wait_phase(&sb, "relearning", || {
         launch();
     });
     assert!(d.app(&sb)["relearn_reason"].as_str().is_some());
+    // Relearning, it is still prefetched with its old plan until the new one is built.
+    let prefetched = d.app(&sb)["prefetches"].as_u64().unwrap();
+    drop_caches();
+    let faults = launch()["major_faults"].as_u64().unwrap();
+    let t0 = Instant::now();
+    while d.app(&sb)["prefetches"].as_u64().unwrap() == prefetched {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "a relearning launch was not prefetched: {}",
+            d.status(&sb)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        faults * 2 <= cold_faults,
+        "major faults: cold {cold_faults}, relearning with the daemon {faults}"
+    );
     // A hung daemon does not hold launches up.
     d.signal(nix::sys::signal::Signal::SIGSTOP);
     launch();
@@ -2203,4 +2221,45 @@ fn an_app_that_prefetching_does_not_help_is_launched_plainly() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(plain(&store), 3, "the plain launch is recorded");
+}
+
+/// A command launched once is neither traced nor stored: the daemon learns a command from
+/// its second launch within its window.
+#[test]
+fn daemon_learns_a_command_from_its_second_launch_only() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(8, 64);
+    let config = daemon_config(&sb, &[Path::new(SYNTH)], 5, 0);
+    let d = Daemon::start(&sb, &config);
+    // Cold launches: a warm one ends before its exec event is read and goes unseen.
+    let launch = || {
+        drop_caches();
+        let o = run(Command::new(SYNTH).args(&synth_launch(&app)[1..]));
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    let first_seen = || {
+        std::fs::read_to_string(&d.log)
+            .unwrap_or_default()
+            .contains("first launch; learned from its second")
+    };
+    let t0 = Instant::now();
+    while !first_seen() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "launch never seen");
+        launch();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Longer than the trace's idle period (1 s): a trace of it would be stored by now.
+    std::thread::sleep(Duration::from_millis(2500));
+    let apps = |d: &Daemon| d.status(&sb)["apps"].as_array().map_or(0, Vec::len);
+    assert_eq!(apps(&d), 0, "launched once, not learned: {}", d.status(&sb));
+    let store = Store::open(&sb.db()).unwrap();
+    assert!(store.list().unwrap().is_empty(), "nothing stored of it");
+    drop(store);
+    d.wait_phase(&sb, "learning", launch);
+    let t0 = Instant::now();
+    while d.app(&sb)["launches"].as_u64().unwrap_or(0) < 1 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.status(&sb));
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

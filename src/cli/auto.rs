@@ -84,6 +84,8 @@ fn phase_name(app: &AppRow, lc: &Lifecycle, has_plan: bool) -> &'static str {
     match lc.phase {
         Phase::Prefetching => "prefetching",
         Phase::TooSmall => "too-small",
+        // Sent back to learning: prefetched with its old plan meanwhile.
+        Phase::Learning if has_plan && lc.relearn_reason.is_some() => "relearning",
         Phase::Learning if has_plan => "recorded",
         Phase::Learning => "learning",
     }

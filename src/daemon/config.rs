@@ -35,6 +35,11 @@ memory_cap_mb = 0
 jobs = 4
 # Per-CPU trace buffer of a learning or checking launch, KiB.
 buffer_kb = 8192
+# An app is learned from its second launch within this many hours: a command run once (a
+# script's one-off `sh -c`, a `mktemp`) is neither traced nor stored.
+learn_window_hours = 24.0
+# Apps not launched for this many days are forgotten (plans, runs, history); 0 keeps them.
+prune_after_days = 90
 # If not empty, only these executables are managed (full paths or names).
 include = []
 # Never managed: commands whose reads depend on their arguments, and short-lived tools.
@@ -80,6 +85,8 @@ pub struct Config {
     pub memory_cap_mb: u64,
     pub jobs: usize,
     pub buffer_kb: u32,
+    pub learn_window_hours: f64,
+    pub prune_after_days: u32,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
 }
@@ -98,6 +105,8 @@ impl Default for Config {
             memory_cap_mb: 0,
             jobs: 4,
             buffer_kb: 8192,
+            learn_window_hours: 24.0,
+            prune_after_days: 90,
             include: vec![],
             exclude: DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect(),
         }
@@ -252,7 +261,15 @@ impl Config {
         if c.buffer_kb < 256 {
             return Err(bad("buffer_kb", "must be at least 256"));
         }
+        if !(c.learn_window_hours > 0.0 && c.learn_window_hours <= 24.0 * 366.0) {
+            return Err(bad("learn_window_hours", "must be in (0, 8784]"));
+        }
         Ok(c)
+    }
+
+    /// How long a first launch is remembered, waiting for a second one to learn from.
+    pub fn learn_window(&self) -> Duration {
+        Duration::from_secs_f64(self.learn_window_hours * 3600.0)
     }
 
     pub fn idle(&self) -> Duration {

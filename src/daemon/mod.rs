@@ -115,6 +115,34 @@ struct Shared {
     /// Pids whose launch was picked up from their exec open (fanotify), so the exec event
     /// that follows is not handled twice; it brings the exec's kernel time, for the latency.
     early: Mutex<HashMap<i32, (Instant, Option<u64>)>>,
+    /// Keys of the apps in the store.
+    known: Mutex<HashSet<String>>,
+    /// Commands launched once, not yet apps: when (`learn_window`), at most `SEEN_CAP`.
+    seen: Mutex<HashMap<String, Instant>>,
+}
+
+/// First launches remembered at once; the oldest go first. A storm of distinct one-off
+/// commands costs this much memory and nothing else.
+const SEEN_CAP: usize = 4096;
+
+/// Whether a launch of `key`, not an app yet, is one to learn from: its second within the
+/// learning window. A first launch is only remembered (in memory, bounded).
+fn second_launch(seen: &mut HashMap<String, Instant>, key: &str, window: Duration) -> bool {
+    if seen.get(key).is_some_and(|t| t.elapsed() < window) {
+        seen.remove(key);
+        return true;
+    }
+    if seen.len() >= SEEN_CAP {
+        seen.retain(|_, t| t.elapsed() < window);
+        while seen.len() >= SEEN_CAP {
+            let Some(oldest) = seen.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone()) else {
+                break;
+            };
+            seen.remove(&oldest);
+        }
+    }
+    seen.insert(key.to_string(), Instant::now());
+    false
 }
 
 /// The lifecycle lock; a poisoned lock still serialises (the data lives in the store).
@@ -165,16 +193,34 @@ fn choose_plan(
 fn refresh_cache(sh: &Shared) {
     let Ok(mut s) = store(sh) else { return };
     let _lc = lc_guard(sh);
+    let prune_days = sh.cfg.read().map(|c| c.prune_after_days).unwrap_or(0);
+    if prune_days > 0 {
+        let before = unix_now() - i64::from(prune_days) * 86_400;
+        match s.prune_apps(before) {
+            Ok(gone) if !gone.is_empty() => tracing::info!(
+                "forgot {} app(s) not launched for {prune_days} days: {}",
+                gone.len(),
+                gone.join(", ")
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("cannot prune old apps: {e}"),
+        }
+    }
     let Ok(rows) = s.list() else { return };
+    if let Ok(mut k) = sh.known.lock() {
+        *k = rows.iter().map(|r| r.app.clone()).collect();
+    }
     let mut m = HashMap::new();
     for r in rows {
         let Ok(Some(app)) = s.app_by_key(&r.app) else {
             continue;
         };
         let mut lc = lifecycle(&s, app.id);
-        if !app.enabled || lc.phase != Phase::Prefetching {
+        // A relearning app keeps its old plan meanwhile.
+        if !app.enabled || !matches!(lc.phase, Phase::Prefetching | Phase::Learning) {
             continue;
         }
+        let learning = lc.phase == Phase::Learning;
         match choose_plan(&s, &app, sh.queueing) {
             Ok(Some((plan, strategy))) => {
                 m.insert(
@@ -186,14 +232,23 @@ fn refresh_cache(sh: &Shared) {
                     },
                 );
             }
+            // Learning without a plan yet: nothing to prefetch meanwhile.
+            Ok(None) if learning => {}
             // Prefetching needs a plan; without a usable one the app learns again.
             Ok(None) => {
                 tracing::warn!("{}: no plan stored; back to learning", app.key);
-                back_to_learning(sh, &mut s, &app, &mut lc, "no plan stored".into());
+                relearn(sh, &mut s, &app, &mut lc, "no plan stored".into(), false);
             }
             Err(StoreError::CorruptPlan { source, .. }) => {
                 tracing::warn!("{}: plan row corrupt ({source}); back to learning", app.key);
-                back_to_learning(sh, &mut s, &app, &mut lc, format!("corrupt plan: {source}"));
+                relearn(
+                    sh,
+                    &mut s,
+                    &app,
+                    &mut lc,
+                    format!("corrupt plan: {source}"),
+                    false,
+                );
             }
             Err(e) => tracing::warn!("{}: cannot read its plan: {e}", app.key),
         }
@@ -289,9 +344,22 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
         Some((app, plan, strategy)) => handle(sh, pid, "warmstart-launch", move |sh| {
             prefetch_launch(sh, pid, exec_ts, app, plan, strategy, &cfg)
         }),
-        None => handle(sh, pid, "warmstart-learn", move |sh| {
-            learn_launch(sh, pid, exec_ts, key, &cfg)
-        }),
+        None => {
+            // Not an app yet: learned from its second launch within the window only.
+            let known = sh.known.lock().is_ok_and(|k| k.contains(&key.key));
+            if !known
+                && !sh
+                    .seen
+                    .lock()
+                    .is_ok_and(|mut s| second_launch(&mut s, &key.key, cfg.learn_window()))
+            {
+                tracing::debug!("{}: first launch; learned from its second", key.key);
+                return;
+            }
+            handle(sh, pid, "warmstart-learn", move |sh| {
+                learn_launch(sh, pid, exec_ts, key, &cfg)
+            })
+        }
     }
 }
 
@@ -416,10 +484,14 @@ fn prefetch_launch(
             return;
         }
     };
-    let since_check = store(sh)
-        .map(|s| lifecycle(&s, app.id).since_check)
+    let (since_check, relearning) = store(sh)
+        .map(|s| {
+            let lc = lifecycle(&s, app.id);
+            (lc.since_check, lc.phase == Phase::Learning)
+        })
         .unwrap_or_default();
-    let check = since_check + 1 >= cfg.n_chk && claim_trace(sh, &app.key);
+    // A relearning app's launches are prefetched with its old plan and traced to learn from.
+    let check = (relearning || since_check + 1 >= cfg.n_chk) && claim_trace(sh, &app.key);
     let checked = if check {
         let tc = trace_config(cfg, &sh.run_dir);
         let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
@@ -461,6 +533,25 @@ fn prefetch_launch(
     let _lc = lc_guard(sh);
     let mut lc = lifecycle(&s, app.id);
     lc.launches += 1;
+    if lc.phase == Phase::Learning && relearning {
+        lc.prefetches += 1;
+        if let Some(Ok(t)) = checked {
+            let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
+            match s.add_run(app.id, &run) {
+                Ok(n) if n >= cfg.n_rawseq as usize => {
+                    if build_plans(sh, &mut s, &app, &mut lc, cfg) {
+                        drop(_lc);
+                        refresh_cache(sh);
+                        return;
+                    }
+                }
+                Ok(n) => tracing::info!("{}: relearning launch {n}/{}", app.key, cfg.n_rawseq),
+                Err(e) => tracing::warn!("{}: could not store a learning run: {e}", app.key),
+            }
+        }
+        save_lifecycle(&mut s, app.id, &lc);
+        return;
+    }
     if lc.phase != Phase::Prefetching {
         // Sent back to learning (or disabled) while this launch ran: count it, nothing more.
         save_lifecycle(&mut s, app.id, &lc);
@@ -587,14 +678,34 @@ fn changed_files(plan: &Plan) -> usize {
         .count()
 }
 
+/// Send an app back to learning. Its plans stay and keep being prefetched (the prefetcher
+/// skips files changed since) until the new ones are built from the launches it learns from
+/// meanwhile; a plan that cannot be used (missing, corrupt) goes (`keep_plan` false).
 fn back_to_learning(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, reason: String) {
+    relearn(sh, s, app, lc, reason, true)
+}
+
+fn relearn(
+    sh: &Shared,
+    s: &mut Store,
+    app: &AppRow,
+    lc: &mut Lifecycle,
+    reason: String,
+    keep_plan: bool,
+) {
     lc.phase = Phase::Learning;
     lc.since_check = 0;
     lc.relearn_reason = Some(reason);
-    let _ = s.forget_learning(app.id);
+    let _ = if keep_plan {
+        s.forget_runs(app.id)
+    } else {
+        s.forget_learning(app.id)
+    };
     save_lifecycle(s, app.id, lc);
-    if let Ok(mut p) = sh.plans.lock() {
-        p.remove(&app.key);
+    if !keep_plan {
+        if let Ok(mut p) = sh.plans.lock() {
+            p.remove(&app.key);
+        }
     }
 }
 
@@ -676,6 +787,9 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
             Some(a) => a,
             None => {
                 s.upsert_app(&key).ok()?;
+                if let Ok(mut k) = sh.known.lock() {
+                    k.insert(key.key.clone());
+                }
                 s.app_by_key(&key.key).ok()??
             }
         };
@@ -698,7 +812,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         };
         if let Some(reason) = reason {
             tracing::warn!("{}: {reason}; back to learning", app.key);
-            back_to_learning(sh, &mut s, &app, &mut lc, reason);
+            relearn(sh, &mut s, &app, &mut lc, reason, false);
         }
     }
     if !app.enabled || lc.phase != Phase::Learning {
@@ -749,26 +863,32 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         return;
     }
     // Prefetcher generation, off the launch path (the app has launched).
+    if build_plans(sh, &mut s, &app, &mut lc, cfg) {
+        drop(lc_held);
+        refresh_cache(sh);
+    }
+}
+
+/// Build an app's plans from its stored learning runs, replacing any it had, and move it to
+/// prefetching (or too small). False if the plans could not be built or stored.
+fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg: &Config) -> bool {
     let runs: Vec<RawRun> = s
         .runs(app.id)
         .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
         .unwrap_or_default();
-    let base = crate::learn::base_of_warm(&key.key, &runs);
-    let facts = crate::learn::device_facts(&mut s, &sh.run_dir).ok();
+    let base = crate::learn::base_of_warm(&app.key, &runs);
+    let facts = crate::learn::device_facts(s, &sh.run_dir).ok();
     let settings = s.app_settings(app.id).unwrap_or_default();
-    let plans = match &facts {
-        Some(f) => crate::learn::plans_for(&base, f, settings.paralfetch),
-        None => return,
-    };
+    let Some(f) = &facts else { return false };
+    let mut plans = crate::learn::plans_for(&base, f, settings.paralfetch);
     let bytes = plans
         .iter()
         .find(|p| p.strategy == "trace")
         .map(|p| p.summary().bytes)
         .unwrap_or(0);
-    let mut plans = plans;
     if let Err(e) = s.replace_plans(app.id, &mut plans) {
-        tracing::warn!("{}: could not store plans: {e}", key.key);
-        return;
+        tracing::warn!("{}: could not store plans: {e}", app.key);
+        return false;
     }
     lc.phase = if bytes < cfg.min_launch_kb * 1024 {
         Phase::TooSmall
@@ -776,15 +896,14 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         Phase::Prefetching
     };
     lc.since_check = 0;
-    save_lifecycle(&mut s, app.id, &lc);
+    save_lifecycle(s, app.id, lc);
     tracing::info!(
         "{}: plans built ({} KiB): {:?}",
-        key.key,
+        app.key,
         bytes / 1024,
         lc.phase
     );
-    drop(lc_held);
-    refresh_cache(sh);
+    true
 }
 
 fn unix_now() -> i64 {
@@ -883,6 +1002,8 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         latencies: Mutex::new(Vec::new()),
         lc_lock: Mutex::new(()),
         early: Mutex::new(HashMap::new()),
+        known: Mutex::new(HashSet::new()),
+        seen: Mutex::new(HashMap::new()),
     });
     refresh_cache(&sh);
     if let Ok(c) = sh.cfg.read() {
@@ -1019,6 +1140,41 @@ mod tests {
     use crate::plan::tests::sample_plan;
     use crate::sequence::Access;
     use crate::trace::EndReason;
+
+    #[test]
+    fn a_command_is_learned_from_its_second_launch_within_the_window() {
+        let mut seen = HashMap::new();
+        let day = Duration::from_secs(86_400);
+        assert!(
+            !second_launch(&mut seen, "sh -c 'echo 1'", day),
+            "first: remembered"
+        );
+        assert!(
+            !second_launch(&mut seen, "sh -c 'echo 2'", day),
+            "another first"
+        );
+        assert!(
+            second_launch(&mut seen, "sh -c 'echo 1'", day),
+            "second: learned"
+        );
+        assert!(
+            !seen.contains_key("sh -c 'echo 1'"),
+            "and forgotten as a first launch"
+        );
+        // Outside the window a launch counts as a first one again.
+        assert!(!second_launch(&mut seen, "x", Duration::ZERO));
+        assert!(!second_launch(&mut seen, "x", Duration::ZERO));
+        // A storm of distinct commands stays within the cap.
+        for i in 0..SEEN_CAP + 100 {
+            second_launch(&mut seen, &format!("cmd {i}"), day);
+        }
+        assert!(seen.len() <= SEEN_CAP, "{}", seen.len());
+        assert!(second_launch(
+            &mut seen,
+            &format!("cmd {}", SEEN_CAP + 99),
+            day
+        ));
+    }
 
     fn run_with(accesses: Vec<Access>, sync: u32) -> RawRun {
         RawRun {
