@@ -395,8 +395,9 @@ impl Drop for BenchDaemon {
     }
 }
 
-/// Let the benchmark's daemon learn every app from plain launches (N_rawseq of them, plus
-/// one that finds the new plan), with checks off so that measurements are never traced.
+/// Let the benchmark's daemon learn every app from plain launches (a first one it only
+/// remembers, N_rawseq to learn from, one that finds the new plan), with checks off so that
+/// measurements are never traced.
 fn prepare_daemon(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
     let dir = ctx.opts.state_dir.join("daemon");
     std::fs::create_dir_all(&dir)
@@ -415,7 +416,7 @@ fn prepare_daemon(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
     std::fs::write(dir.join("config.toml"), cfg).map_err(|e| BenchError::Setup(e.to_string()))?;
     let _d = BenchDaemon::start(ctx)?;
     for app in apps {
-        for _ in 0..3 {
+        for _ in 0..4 {
             ctx.cold()?;
             ctx.run_one(app, &ctx.argv(app), &ctx.ready(app))?;
             // The learning trace ends on exit or after T_idle: give it that long.
