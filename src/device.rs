@@ -365,20 +365,12 @@ pub fn floor(plan: &crate::plan::Plan) -> std::io::Result<Floor> {
 
 /// A planned regular file opened for `O_DIRECT` reads, if it is still the planned file.
 fn open_direct(f: &crate::resolve::FileId) -> Option<std::os::fd::OwnedFd> {
-    use nix::fcntl::{open, OFlag};
-    use nix::sys::stat::{fstat, Mode, SFlag};
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::SFlag;
     if f.kind != crate::resolve::FileKind::Regular {
         return None;
     }
-    let flags = OFlag::O_RDONLY
-        | OFlag::O_DIRECT
-        | OFlag::O_NOFOLLOW
-        | OFlag::O_NONBLOCK
-        | OFlag::O_CLOEXEC;
-    let fd = open(&f.path, flags | OFlag::O_NOATIME, Mode::empty())
-        .or_else(|_| open(&f.path, flags, Mode::empty()))
-        .ok()?;
-    let st = fstat(&fd).ok()?;
+    let (fd, st) = crate::sys::open_planned(&f.path, OFlag::O_DIRECT | OFlag::O_NOATIME).ok()?;
     let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
     let now = crate::resolve::FileId {
         path: f.path.clone(),

@@ -195,6 +195,68 @@ impl Plan {
             .count();
         s
     }
+
+    /// The file pages the plan reads, by path (two databases' plans of one app share paths,
+    /// not necessarily inode numbers). Each page once.
+    fn data_pages(&self) -> std::collections::HashSet<(&std::path::Path, u64)> {
+        let ps = u64::from(self.page_size);
+        let mut pages = std::collections::HashSet::new();
+        for e in &self.entries {
+            if let Entry::Data { file, offset, len } = *e {
+                let path = self.files[file as usize].path.as_path();
+                pages.extend((offset / ps..(offset + len).div_ceil(ps)).map(|p| (path, p)));
+            }
+        }
+        pages
+    }
+
+    /// How much of its file data this plan has in common with `other`, each way.
+    pub fn overlap(&self, other: &Plan) -> Overlap {
+        let (a, b) = (self.data_pages(), other.data_pages());
+        let common = a.intersection(&b).count() as u64;
+        let (ps_a, ps_b) = (u64::from(self.page_size), u64::from(other.page_size));
+        fn files(p: &Plan) -> std::collections::HashSet<&std::path::Path> {
+            p.entries
+                .iter()
+                .filter_map(|e| match *e {
+                    Entry::Data { file, .. } => Some(p.files[file as usize].path.as_path()),
+                    _ => None,
+                })
+                .collect()
+        }
+        let (fa, fb) = (files(self), files(other));
+        Overlap {
+            bytes: a.len() as u64 * ps_a,
+            other_bytes: b.len() as u64 * ps_b,
+            common_bytes: common * ps_a,
+            files: fa.len(),
+            other_files: fb.len(),
+            common_files: fa.intersection(&fb).count(),
+        }
+    }
+}
+
+/// Two plans' file data in common (`Plan::overlap`); bytes are whole pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Overlap {
+    pub bytes: u64,
+    pub other_bytes: u64,
+    pub common_bytes: u64,
+    pub files: usize,
+    pub other_files: usize,
+    pub common_files: usize,
+}
+
+impl Overlap {
+    /// The share of this plan's bytes the other one has too.
+    pub fn held_by_other(&self) -> f64 {
+        self.common_bytes as f64 / self.bytes.max(1) as f64
+    }
+
+    /// The share of the other plan's bytes this one has too.
+    pub fn holds_of_other(&self) -> f64 {
+        self.common_bytes as f64 / self.other_bytes.max(1) as f64
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +324,34 @@ pub(crate) mod tests {
             t_exp_ms: None,
             notes: vec!["a note".into()],
         }
+    }
+
+    #[test]
+    fn overlap_counts_pages_in_common_each_way() {
+        let a = sample_plan(); // a.so pages 0..=2
+        let mut b = sample_plan();
+        b.entries = vec![
+            Entry::Data {
+                file: 0,
+                offset: 4096,
+                len: 4096 * 4,
+            },
+            Entry::Lookup { file: 1 },
+        ];
+        // The same pages listed twice count once.
+        b.entries.push(b.entries[0]);
+        let o = a.overlap(&b);
+        assert_eq!(
+            (o.bytes, o.other_bytes, o.common_bytes),
+            (3 * 4096, 4 * 4096, 2 * 4096)
+        );
+        assert_eq!((o.files, o.other_files, o.common_files), (1, 1, 1));
+        assert!((o.held_by_other() - 2.0 / 3.0).abs() < 1e-9);
+        assert!((o.holds_of_other() - 0.5).abs() < 1e-9);
+        // Another path: nothing in common.
+        b.files[0].path = PathBuf::from("/usr/lib/b.so");
+        assert_eq!(a.overlap(&b).common_bytes, 0);
+        assert_eq!(a.overlap(&a).held_by_other(), 1.0);
     }
 
     #[test]

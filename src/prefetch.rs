@@ -249,10 +249,9 @@ pub fn warm_executable(path: &Path, plan: Option<&Plan>) {
     let Ok(real) = std::fs::canonicalize(path) else {
         return;
     };
-    let Ok(fd) = open(&real, open_flags(), Mode::empty()) else {
+    let Ok((fd, st)) = sys::open_planned(&real, OFlag::empty()) else {
         return;
     };
-    let Ok(st) = fstat(&fd) else { return };
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return;
     }
@@ -374,16 +373,12 @@ fn reads_exact(fd: &OwnedFd) {
 /// Open a planned file and check it is still what the plan recorded. Reads through the
 /// descriptor (a wait for a range, a residency check) bring in only what they ask for.
 fn open_checked(f: &FileId) -> Result<OwnedFd, Errno> {
-    let mut flags = open_flags();
+    let mut flags = OFlag::empty();
     if f.kind == FileKind::Directory {
         flags |= OFlag::O_DIRECTORY;
     }
     // O_NOATIME keeps the prefetch from dirtying inodes; only allowed for owner or root.
-    let fd = match open(&f.path, flags | OFlag::O_NOATIME, Mode::empty()) {
-        Err(Errno::EPERM) => open(&f.path, flags, Mode::empty())?,
-        r => r?,
-    };
-    let st = fstat(&fd)?;
+    let (fd, st) = sys::open_planned(&f.path, flags | OFlag::O_NOATIME)?;
     let kind_ok = match f.kind {
         FileKind::Regular => {
             SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG

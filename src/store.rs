@@ -142,9 +142,28 @@ fn now_unix() -> i64 {
         .unwrap_or(0)
 }
 
+/// How long a statement on a launch's path waits for a lock held elsewhere. Reading the
+/// plan takes ~1 ms; a writer (the daemon, a `record`) holds the lock for milliseconds.
+pub const LAUNCH_BUSY: std::time::Duration = std::time::Duration::from_millis(25);
+
 impl Store {
-    /// Open (creating if needed) the database at `path`.
+    /// Open (creating if needed) the database at `path`, waiting up to 10 s for a lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Self::open_with(path, std::time::Duration::from_secs(10), 100)
+    }
+
+    /// Open on a launch's path: a lock held elsewhere (a writer, an exclusive connection)
+    /// makes this fail within ~`LAUNCH_BUSY` per statement instead of delaying the launch,
+    /// which then runs without prefetching.
+    pub fn open_for_launch(path: &Path) -> Result<Store, StoreError> {
+        Self::open_with(path, LAUNCH_BUSY, 0)
+    }
+
+    fn open_with(
+        path: &Path,
+        busy: std::time::Duration,
+        wal_tries: u32,
+    ) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
                 std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir {
@@ -161,8 +180,7 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(sql)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(sql)?;
+        conn.busy_timeout(busy).map_err(sql)?;
         // Switching to WAL needs a moment alone with the file and reports BUSY without waiting
         // when another process is opening it too; WAL is persistent, so only switch once.
         let mut tries = 0;
@@ -173,10 +191,10 @@ impl Store {
                 Ok(m) if m.eq_ignore_ascii_case("wal") => break,
                 Ok(_) => match conn.pragma_update(None, "journal_mode", "WAL") {
                     Ok(()) => break,
-                    Err(e) if tries < 100 && is_busy(&e) => {}
+                    Err(e) if tries < wal_tries && is_busy(&e) => {}
                     Err(e) => return Err(sql(e)),
                 },
-                Err(e) if tries < 100 && is_busy(&e) => {}
+                Err(e) if tries < wal_tries && is_busy(&e) => {}
                 Err(e) => return Err(sql(e)),
             }
             tries += 1;

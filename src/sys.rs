@@ -110,6 +110,59 @@ pub fn load_inode(mount_fd: BorrowedFd<'_>, ino: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Open a planned file or directory for reading, with no effect on anything else at that
+/// path. The path is resolved with no symbolic link in any component (`openat2`
+/// `RESOLVE_NO_SYMLINKS`: planned paths are canonical, so a link on the way means a directory
+/// was swapped), first as `O_PATH`, which opens a FIFO or a device node without effect; only
+/// a regular file or a directory is then reopened for reading, through `/proc/self/fd`, so
+/// the object checked is the object read. `flags` adds to `O_RDONLY | O_NONBLOCK |
+/// O_CLOEXEC` (`O_NOATIME` is dropped where the kernel refuses it). Returns the descriptor
+/// and the object's status; `ESTALE` for anything but a regular file or directory, `ELOOP`
+/// for a link on the way.
+pub fn open_planned(
+    path: &Path,
+    flags: nix::fcntl::OFlag,
+) -> Result<(OwnedFd, nix::sys::stat::FileStat), nix::errno::Errno> {
+    use nix::errno::Errno;
+    use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    let path_flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let how = OpenHow::new()
+        .flags(path_flags)
+        .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    let opath = match openat2(AT_FDCWD, path, how) {
+        // Before Linux 5.6, or filtered: the last component alone is checked.
+        Err(Errno::ENOSYS | Errno::EPERM | Errno::EINVAL) => open(path, path_flags, Mode::empty())?,
+        r => r?,
+    };
+    let st = fstat(&opath)?;
+    let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if fmt != SFlag::S_IFREG && fmt != SFlag::S_IFDIR {
+        return Err(Errno::ESTALE);
+    }
+    let flags = flags | OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let reopen = |at: &Path, flags: OFlag| match open(at, flags, Mode::empty()) {
+        Err(Errno::EPERM) if flags.contains(OFlag::O_NOATIME) => {
+            open(at, flags - OFlag::O_NOATIME, Mode::empty())
+        }
+        r => r,
+    };
+    let magic = format!("/proc/self/fd/{}", opath.as_raw_fd());
+    match reopen(Path::new(&magic), flags) {
+        Ok(fd) => Ok((fd, st)),
+        // No /proc: open the path again and check it is the object just checked.
+        Err(Errno::ENOENT) if !Path::new("/proc/self/fd").exists() => {
+            let fd = reopen(path, flags | OFlag::O_NOFOLLOW)?;
+            let now = fstat(&fd)?;
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+                return Err(Errno::ESTALE);
+            }
+            Ok((fd, now))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Page-cache residency of a file range, from `cachestat(2)` (Linux 6.5+). Unlike mincore it
 /// needs no mapping and does not depend on write permission.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -481,6 +534,46 @@ pub fn drop_caches() -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn open_planned_opens_only_regular_files_and_directories_with_no_link_on_the_way() {
+        use nix::errno::Errno;
+        use nix::fcntl::OFlag;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::write(real.join("f"), b"data").unwrap();
+        let (_, st) = super::open_planned(&real.join("f"), OFlag::O_NOATIME).unwrap();
+        assert_eq!(st.st_size, 4);
+        assert!(super::open_planned(&real, OFlag::O_DIRECTORY).is_ok());
+        // A FIFO: opening it for reading would release a writer blocked on it; never opened.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(
+            super::open_planned(&fifo, OFlag::empty()).err(),
+            Some(Errno::ESTALE)
+        );
+        // No reader ever came: a non-blocking writer still finds none.
+        let w = nix::fcntl::open(
+            &fifo,
+            OFlag::O_WRONLY | OFlag::O_NONBLOCK,
+            nix::sys::stat::Mode::empty(),
+        );
+        assert_eq!(w.err(), Some(Errno::ENXIO));
+        // A device node.
+        assert_eq!(
+            super::open_planned(std::path::Path::new("/dev/null"), OFlag::empty()).err(),
+            Some(Errno::ESTALE)
+        );
+        // A planned directory swapped for a link: neither the last component nor any other.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(
+            super::open_planned(&link.join("f"), OFlag::empty()).err(),
+            Some(Errno::ELOOP)
+        );
+        assert!(super::open_planned(&link, OFlag::empty()).is_err());
+    }
+
     #[test]
     fn cpus_without_keeps_at_least_one() {
         assert_eq!(cpus_without(&[0, 1], 1), Some(vec![0]));

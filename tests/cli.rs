@@ -322,6 +322,27 @@ fn record_then_run_prefetches_the_workload() {
         assert!(show.get(k).is_some(), "plan show --json lacks {k}: {show}");
     }
     assert!(show["files"].as_u64().unwrap() >= 48);
+    // plan compare: a plan holds all of itself; another database without the app is named.
+    let db = sb.db();
+    let o = run(sb
+        .ws()
+        .args(["plan", "compare", "synth", "--json", "--other-db"])
+        .arg(&db));
+    assert!(o.status.success(), "{}", text(&o));
+    let c = json(&o);
+    assert_eq!(c["held_by_other"].as_f64(), Some(1.0), "{c}");
+    assert!(
+        c["overlap"]["common_bytes"].as_u64().unwrap() >= 48 * 4096,
+        "{c}"
+    );
+    let other = sb.path().join("other.db");
+    Store::open(&other).unwrap();
+    let o = run(sb
+        .ws()
+        .args(["plan", "compare", "synth", "--other-db"])
+        .arg(&other));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(one_line_error(&o).contains("synth"), "{}", text(&o));
 
     // Cold launch without warmstart: its own major faults.
     drop_caches();
@@ -1003,6 +1024,67 @@ fn missing_command_is_a_usage_error() {
         let o = run(sb.ws().args(cmd));
         assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", text(&o));
     }
+}
+
+#[test]
+fn a_mistyped_option_or_a_bad_app_name_is_a_usage_error() {
+    let sb = Sandbox::new();
+    let o = run(sb.ws().args(["run", "--stat", "--", "true"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(one_line_error(&o).contains("--stat"), "{}", text(&o));
+    for bad in ["", " ", "a\nb"] {
+        for cmd in ["record", "run"] {
+            let o = run(sb.ws().args([cmd, "--app", bad, "--", "true"]));
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{cmd} --app {bad:?}: {}",
+                text(&o)
+            );
+        }
+    }
+    // Options after `--` are the command's own.
+    let o = run(sb.ws().args(["run", "--", "sh", "-c", "exit 7"]));
+    assert_eq!(o.status.code(), Some(7), "{}", text(&o));
+}
+
+#[test]
+fn a_locked_database_does_not_hold_up_a_launch() {
+    let sb = Sandbox::new();
+    drop(Store::open(&sb.db()).unwrap());
+    // Another connection holding the database exclusively, inside a write transaction.
+    let c = rusqlite::Connection::open(sb.db()).unwrap();
+    c.execute_batch(
+        "PRAGMA locking_mode=EXCLUSIVE; BEGIN IMMEDIATE; PRAGMA user_version=user_version;",
+    )
+    .unwrap();
+    c.execute_batch("CREATE TABLE IF NOT EXISTS lock_holder(x)")
+        .unwrap();
+    let mut child = sb
+        .ws()
+        .args(["run", "--", "sh", "-c", "exit 5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A watchdog only: before, the launch waited for the lock for minutes, or for ever.
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the launch waited on the locked database");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("running without prefetch"),
+        "{}",
+        text(&o)
+    );
+    drop(c);
 }
 
 #[test]
@@ -1782,6 +1864,20 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
         launch();
     });
     assert!(d.app(&sb)["relearn_reason"].as_str().is_some());
+    // The check that sent it back says so, with its accuracy figures.
+    let a = d.app(&sb);
+    assert!(
+        a["last_check"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("back to learning")),
+        "{a}"
+    );
+    assert!(
+        a["last_waste"]
+            .as_f64()
+            .is_some_and(|w| (0.0..=1.0).contains(&w)),
+        "{a}"
+    );
     // Relearning, it is still prefetched with its old plan until the new one is built.
     let prefetched = d.app(&sb)["prefetches"].as_u64().unwrap();
     drop_caches();

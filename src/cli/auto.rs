@@ -107,6 +107,8 @@ pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> 
                 "launches": lc.launches,
                 "prefetches": lc.prefetches,
                 "last_miss_ratio": lc.last_miss_ratio,
+                "last_waste": lc.last_waste,
+                "last_check": lc.last_check,
                 "strategy": strategy,
                 "plan_bytes": plan.as_ref().map(|p| p.summary().bytes),
                 "saved_ms_estimate": lc.saved_ms,
@@ -130,23 +132,29 @@ pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> 
         return Ok(code::OK);
     }
     println!(
-        "{:<12} {:>8} {:>10} {:>6} {:>10} {:>9} {:>10}  app",
-        "phase", "launches", "prefetches", "miss", "strategy", "plan", "saved"
+        "{:<12} {:>8} {:>10} {:>6} {:>6} {:>10} {:>9} {:>10}  app",
+        "phase", "launches", "prefetches", "miss", "waste", "strategy", "plan", "saved"
     );
+    let ratio = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |m| format!("{m:.2}"));
     for a in &apps {
         println!(
-            "{:<12} {:>8} {:>10} {:>6} {:>10} {:>9} {:>9.1}s  {}",
+            "{:<12} {:>8} {:>10} {:>6} {:>6} {:>10} {:>9} {:>9.1}s  {}",
             a["phase"].as_str().unwrap_or(""),
             a["launches"].as_u64().unwrap_or(0),
             a["prefetches"].as_u64().unwrap_or(0),
-            a["last_miss_ratio"]
-                .as_f64()
-                .map_or("-".into(), |m| format!("{m:.2}")),
+            ratio(&a["last_miss_ratio"]),
+            ratio(&a["last_waste"]),
             a["strategy"].as_str().unwrap_or(""),
             a["plan_bytes"].as_u64().map_or("-".into(), human_bytes),
             a["saved_ms_estimate"].as_f64().unwrap_or(0.0) / 1000.0,
             a["app"].as_str().unwrap_or(""),
         );
+    }
+    // What the daemon did about its last check, where it did something.
+    for a in &apps {
+        if let Some(c) = a["last_check"].as_str().filter(|c| *c != "plan kept") {
+            println!("{}: last check: {c}", a["app"].as_str().unwrap_or(""));
+        }
     }
     Ok(code::OK)
 }

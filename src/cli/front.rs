@@ -96,7 +96,9 @@ fn run_option(f: &mut FastRun, name: &str, value: &str) -> Option<()> {
         "--strategy" if value == "auto" || Strategy::parse(value).is_some() => {
             f.strategy = Some(value.to_string())
         }
-        "--app" if !value.is_empty() => f.app = Some(value.to_string()),
+        "--app" if !value.trim().is_empty() && !value.chars().any(char::is_control) => {
+            f.app = Some(value.to_string())
+        }
         _ => return None,
     }
     Some(())

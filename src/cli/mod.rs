@@ -218,7 +218,7 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub strategy: Option<String>,
     /// Use this app name instead of the key derived from the command.
-    #[arg(long)]
+    #[arg(long, value_parser = app_name)]
     pub app: Option<String>,
     /// Skip the cold and warm launches without warmstart: explain only the prefetched one.
     #[arg(long)]
@@ -257,7 +257,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_drop_caches: bool,
     /// Store under this name instead of the key derived from the command.
-    #[arg(long)]
+    #[arg(long, value_parser = app_name)]
     pub app: Option<String>,
     /// Keep learning runs whose command exits with a non-zero status.
     #[arg(long)]
@@ -322,7 +322,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_HOLD_CAP_MS)]
     pub hold_cap_ms: u64,
     /// Use this app name instead of the key derived from the command.
-    #[arg(long)]
+    #[arg(long, value_parser = app_name)]
     pub app: Option<String>,
     /// The command to launch, after `--`.
     #[arg(
@@ -365,6 +365,23 @@ pub enum PlanCommand {
         /// The strategy's plan (default: the one the next `run` would use).
         #[arg(long)]
         strategy: Option<String>,
+    },
+    /// Compare an app's plan with another database's plan of it (e.g. the daemon's against
+    /// `record`'s): file data in common, each way.
+    Compare {
+        /// App key, or a unique part of it.
+        app: String,
+        /// The other database.
+        #[arg(long)]
+        other_db: PathBuf,
+        /// The app's key (or a unique part) in the other database, if it differs.
+        #[arg(long)]
+        other_app: Option<String>,
+        /// The strategy whose plans to compare (every strategy orders the same data).
+        #[arg(long, default_value = "trace")]
+        strategy: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Forget an app: its plan, runs and history.
     Rm {
@@ -416,6 +433,17 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 pub struct Failure {
     pub code: i32,
     pub msg: String,
+}
+
+/// An app name given with `--app`: printed in tables and logs, one line, not empty.
+fn app_name(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("an app name cannot be empty".into());
+    }
+    if s.chars().any(char::is_control) {
+        return Err("an app name cannot hold a newline or another control character".into());
+    }
+    Ok(s.to_string())
 }
 
 pub(crate) fn fail(code: i32, msg: impl Into<String>) -> anyhow::Error {
@@ -578,6 +606,23 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
         }
     };
     init_logging(cli.verbose, cli.quiet);
+    let command = match &cli.command {
+        Command::Record(a) => a.command.first(),
+        Command::Run(a) => a.command.first(),
+        Command::Explain(a) => a.command.first(),
+        Command::Demo(a) => a.command.first(),
+        _ => None,
+    };
+    if let Some(opt) = command
+        .and_then(|c| c.to_str())
+        .filter(|c| c.starts_with('-'))
+    {
+        // The command is taken as is after the options, so a mistyped option lands here.
+        eprintln!(
+            "warmstart: unknown option `{opt}` (the command to launch goes after `--`; see --help)"
+        );
+        return code::USAGE;
+    }
     let result = match cli.command {
         Command::Record(a) => record::cmd(&cli.db, a),
         // Here, not in `run::cmd`: the front calls that, and must not carry the tracer.

@@ -1,4 +1,4 @@
-//! `warmstart plan list | show | rm`
+//! `warmstart plan list | show | floor | compare | rm`
 
 use std::path::Path;
 
@@ -171,6 +171,63 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                         f.files_skipped
                     );
                 }
+            }
+        }
+        PlanCommand::Compare {
+            app,
+            other_db,
+            other_app,
+            strategy,
+            json,
+        } => {
+            if super::record::parse_strategy(&strategy)?.is_none() {
+                return Err(fail(
+                    code::USAGE,
+                    "compare one strategy's plans, not auto's",
+                ));
+            }
+            let load = |db: &Path, app: &str| -> anyhow::Result<(String, Plan)> {
+                let store = open_existing(db)?;
+                let row = store.find_app(app)?;
+                let plan = store.plan_for(&row, &strategy)?.ok_or_else(|| {
+                    fail(
+                        code::NOT_FOUND,
+                        format!(
+                            "`{}` has no {strategy} plan in {} (learn it first)",
+                            row.key,
+                            db.display()
+                        ),
+                    )
+                })?;
+                Ok((row.key, plan))
+            };
+            let (key, a) = load(db, &app)?;
+            let (other_key, b) = load(&other_db, other_app.as_deref().unwrap_or(&app))?;
+            let o = a.overlap(&b);
+            if json {
+                println!(
+                    "{}",
+                    json!({"app": key, "other_app": other_key, "other_db": other_db,
+                           "strategy": strategy, "overlap": o,
+                           "held_by_other": o.held_by_other(),
+                           "holds_of_other": o.holds_of_other()})
+                );
+            } else {
+                println!(
+                    "{key}: {} in {} files; {}: {} in {} files",
+                    human_bytes(o.bytes),
+                    o.files,
+                    other_db.display(),
+                    human_bytes(o.other_bytes),
+                    o.other_files
+                );
+                println!(
+                    "  in common {} in {} files: {:.1}% of this plan, {:.1}% of the other",
+                    human_bytes(o.common_bytes),
+                    o.common_files,
+                    100.0 * o.held_by_other(),
+                    100.0 * o.holds_of_other()
+                );
             }
         }
         PlanCommand::Rm { app } => {

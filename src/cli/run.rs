@@ -67,7 +67,7 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
     if !db.exists() {
         return Ok(None);
     }
-    let store = Store::open(db)?;
+    let store = Store::open_for_launch(db)?;
     let Some(app) = store.app_by_key(key)? else {
         return Ok(None);
     };
@@ -187,7 +187,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     let opts = PrefetchOptions {
         jobs: a.jobs as usize,
-        mem_cap: a.mem_cap_mb.map(|m| m * 1024 * 1024),
+        mem_cap: a.mem_cap_mb.map(|m| m.saturating_mul(1024 * 1024)),
         meta_jobs: a.meta_jobs as usize,
         window: a.window_kb.saturating_mul(1024),
         avoid_cpu: None,

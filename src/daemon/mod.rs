@@ -71,6 +71,10 @@ pub struct Lifecycle {
     /// Prefetched launches since the last check (FAST's n_pref).
     pub since_check: u32,
     pub last_miss_ratio: Option<f64>,
+    /// The last check's waste: planned pages the launch did not use, over the plan's pages.
+    pub last_waste: Option<f64>,
+    /// What the last check did: kept the plan, or sent the app back to learning and why.
+    pub last_check: Option<String>,
     /// Why the app last went back to learning.
     pub relearn_reason: Option<String>,
     /// Estimated time saved so far, ms (see `saved_estimate`).
@@ -472,7 +476,7 @@ fn prefetch_launch(
     let started_mono = monotonic_ns();
     let opts = PrefetchOptions {
         jobs: cfg.jobs,
-        mem_cap: (cfg.memory_cap_mb > 0).then_some(cfg.memory_cap_mb * 1024 * 1024),
+        mem_cap: (cfg.memory_cap_mb > 0).then_some(cfg.memory_cap_mb.saturating_mul(1024 * 1024)),
         avoid_cpu: crate::sys::last_cpu(pid),
         inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
         ..PrefetchOptions::default()
@@ -582,6 +586,7 @@ fn prefetch_launch(
         if changed > 0 {
             let reason = format!("{changed} planned files changed since learning");
             tracing::info!("{}: check: back to learning: {reason}", app.key);
+            lc.last_check = Some(format!("back to learning: {reason}"));
             back_to_learning(sh, &mut s, &app, &mut lc, reason);
             return;
         }
@@ -591,10 +596,16 @@ fn prefetch_launch(
         let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
         let verdict = judge(&plan, &run, cfg);
         lc.last_miss_ratio = Some(verdict.miss_ratio);
+        lc.last_waste = Some(verdict.waste);
+        lc.last_check = Some(match &verdict.relearn {
+            Some(r) => format!("back to learning: {r}"),
+            None => "plan kept".into(),
+        });
         tracing::info!(
-            "{}: check: miss ratio {:.3}, {} sync readaheads{}",
+            "{}: check: miss ratio {:.3}, waste {:.3}, {} sync readaheads{}",
             app.key,
             verdict.miss_ratio,
+            verdict.waste,
             run.sync_readaheads,
             verdict
                 .relearn
@@ -613,11 +624,14 @@ fn prefetch_launch(
 /// Whether a check says the plan no longer fits the app.
 struct Verdict {
     miss_ratio: f64,
+    /// Planned pages the launch did not use, over the plan's pages (read for nothing).
+    waste: f64,
     relearn: Option<String>,
 }
 
 /// FAST's miss ratio (pages read from disk that the plan does not cover, over the plan's
-/// pages), Paralfetch's synchronous-readahead share, and changed planned files.
+/// pages), the waste (planned pages the launch did not use), Paralfetch's
+/// synchronous-readahead share, and changed planned files.
 fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     let ps = plan.page_size as u64;
     let mut covered: HashSet<(sys::Dev, u64, u64)> = HashSet::new();
@@ -647,6 +661,17 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     } else {
         missed as f64 / plan_pages as f64
     };
+    let mut used: HashSet<(sys::Dev, u64, u64)> = HashSet::new();
+    for a in run.accesses.iter().filter(|a| a.used) {
+        if let Target::File { dev, ino } = a.target {
+            used.extend((a.page..a.page + a.pages).map(|p| (dev, ino, p)));
+        }
+    }
+    let waste = if covered.is_empty() {
+        0.0
+    } else {
+        covered.iter().filter(|k| !used.contains(k)).count() as f64 / covered.len() as f64
+    };
     let changed = changed_files(plan);
     let relearn = if miss_ratio > cfg.r_miss {
         Some(format!(
@@ -666,6 +691,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     };
     Verdict {
         miss_ratio,
+        waste,
         relearn,
     }
 }
@@ -1219,9 +1245,12 @@ mod tests {
         // Plan data covers pages 0..=2 (3 pages); reading page 2 (covered) and 5 (not).
         let v = judge(&plan, &run_with(vec![acc(2, 1), acc(5, 1)], 0), &cfg);
         assert!((v.miss_ratio - 1.0 / 3.0).abs() < 1e-9, "{}", v.miss_ratio);
+        // Pages 0 and 1 planned, not used.
+        assert!((v.waste - 2.0 / 3.0).abs() < 1e-9, "{}", v.waste);
         assert!(v.relearn.unwrap().contains("miss ratio"));
         let v = judge(&plan, &run_with(vec![acc(0, 3)], 0), &cfg);
         assert_eq!(v.miss_ratio, 0.0);
+        assert_eq!(v.waste, 0.0);
         assert!(v.relearn.is_none(), "{:?}", v.relearn);
         let v = judge(&plan, &run_with(vec![], 5), &cfg);
         assert!(v.relearn.unwrap().contains("synchronous readaheads"));

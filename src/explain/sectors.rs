@@ -5,8 +5,8 @@
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use nix::fcntl::{open, OFlag};
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::fcntl::OFlag;
+use nix::sys::stat::SFlag;
 
 use crate::sys::{self, Dev};
 
@@ -61,11 +61,9 @@ impl SectorMap {
         let mut runs = Vec::new();
         let mut disks = std::collections::HashMap::new();
         for (path, dev, ino) in files {
-            let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-            let Ok(fd) = open(path, flags, Mode::empty()) else {
+            let Ok((fd, st)) = sys::open_planned(path, OFlag::empty()) else {
                 continue;
             };
-            let Ok(st) = fstat(&fd) else { continue };
             let regular = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
             if !regular || Dev::from_user(st.st_dev) != dev || st.st_ino != ino {
                 continue;

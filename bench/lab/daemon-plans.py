@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The daemon's plans against `record`'s, per suite app (issue 26, part 1).
+
+    daemon-plans.py [--cold] [APP...]       (root; after a `warmstart bench` run)
+
+For each batch app of bench/suite.toml (ready = "exit"; default all of them) it starts a
+daemon with its own database and a configuration managing only that app's executable, then
+launches the app plainly as a user would: once after a cache drop (the daemon only remembers
+a first launch), then warm until the daemon has built a plan (`--cold`: every launch after
+a cache drop). It then compares the daemon's launch-order plan with the one `record` made
+in the bench's database (`warmstart plan compare`): file data in common, each way.
+"""
+import json, os, shutil, subprocess, sys, tempfile, time, tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WS = os.environ.get("WARMSTART_BIN", os.path.join(HERE, "../../target/release/warmstart"))
+STATE = os.environ.get("WARMSTART_BENCH_DIR", "/var/lib/warmstart/bench")
+BENCH_DB = os.path.join(STATE, "bench.db")
+VENV = os.path.join(STATE, "venv")
+
+args = [a for a in sys.argv[1:] if a != "--cold"]
+cold_learning = "--cold" in sys.argv
+suite = tomllib.load(open(os.path.join(HERE, "../suite.toml"), "rb"))["app"]
+apps = [a for a in suite if a.get("ready", "exit") == "exit" and (not args or a["name"] in args)]
+
+
+def expand(s, work):
+    return s.replace("{work}", work).replace("{venv}", VENV)
+
+
+def drop_caches():
+    os.sync()
+    open("/proc/sys/vm/drop_caches", "w").write("3\n")
+
+
+def ws(*a):
+    return subprocess.run([WS, *a], capture_output=True, text=True)
+
+
+rows = []
+for app in apps:
+    work = os.path.join(STATE, "work", app["name"])
+    argv = [expand(a, work) for a in app["command"]]
+    env = dict(os.environ, **{k: expand(v, work) for k, v in app.get("env", {}).items()})
+    env.setdefault("TMPDIR", os.path.join(work, "tmp"))
+    exe = os.path.realpath(shutil.which(argv[0], path=env.get("PATH")) or argv[0])
+    tmp = tempfile.mkdtemp(prefix="ws-dplans-")
+    db, run_dir, cfg = (os.path.join(tmp, n) for n in ("ws.db", "run", "config.toml"))
+    open(cfg, "w").write(f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
+                         'min_launch_kb = 0\nt_idle_secs = 2.0\n')
+    d = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(tmp, "log"), "w"))
+    try:
+        t0 = time.monotonic()
+        while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
+            time.sleep(0.1)
+        time.sleep(1)
+        launches, phase = 0, ""
+        while phase not in ("prefetching", "too-small") and launches < 8:
+            if launches == 0 or cold_learning:
+                drop_caches()
+            subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+            launches += 1
+            time.sleep(3)  # the learning trace ends T_idle after the launch
+            st = json.loads(ws("status", "--json", "--db", db, "--run-dir", run_dir).stdout or "{}")
+            phase = (st.get("apps") or [{}])[0].get("phase", "")
+        c = ws("--db", db, "plan", "compare", "/", "--other-db", BENCH_DB,
+               "--other-app", app["name"], "--json")
+        if c.returncode != 0:
+            rows.append((app["name"], launches, None, c.stderr.strip()))
+        else:
+            rows.append((app["name"], launches, json.loads(c.stdout), ""))
+    finally:
+        d.terminate()
+        d.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+mode = "every launch cold" if cold_learning else "first launch cold, then warm"
+print(f"daemon plans ({mode}) against record's (bench database {BENCH_DB}), launch-order plans")
+print(f"| app | launches | daemon MiB | record MiB | in common MiB | daemon's in record's | record's in daemon's |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for name, n, c, err in rows:
+    if c is None:
+        print(f"| {name} | {n} | - | - | - | - | {err} |")
+        continue
+    o = c["overlap"]
+    mib = lambda b: f"{b / 2**20:.1f}"
+    print(f"| {name} | {n} | {mib(o['bytes'])} | {mib(o['other_bytes'])} | {mib(o['common_bytes'])} "
+          f"| {100 * c['held_by_other']:.1f}% | {100 * c['holds_of_other']:.1f}% |")
