@@ -210,6 +210,26 @@ impl Plan {
         pages
     }
 
+    /// The files whose data `other` reads and this plan does not, most bytes first: (path,
+    /// bytes), at most `n`.
+    pub fn lacks_of(&self, other: &Plan, n: usize) -> Vec<(PathBuf, u64)> {
+        let mine = self.data_pages();
+        let mut by_file: std::collections::HashMap<&std::path::Path, u64> =
+            std::collections::HashMap::new();
+        for (path, page) in other.data_pages() {
+            if !mine.contains(&(path, page)) {
+                *by_file.entry(path).or_default() += u64::from(other.page_size);
+            }
+        }
+        let mut v: Vec<(PathBuf, u64)> = by_file
+            .into_iter()
+            .map(|(p, b)| (p.to_path_buf(), b))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
     /// How much of its file data this plan has in common with `other`, each way.
     pub fn overlap(&self, other: &Plan) -> Overlap {
         let (a, b) = (self.data_pages(), other.data_pages());
@@ -352,6 +372,12 @@ pub(crate) mod tests {
         b.files[0].path = PathBuf::from("/usr/lib/b.so");
         assert_eq!(a.overlap(&b).common_bytes, 0);
         assert_eq!(a.overlap(&a).held_by_other(), 1.0);
+        // What b reads that a lacks, by file.
+        assert_eq!(
+            a.lacks_of(&b, 5),
+            vec![(PathBuf::from("/usr/lib/b.so"), 4 * 4096)]
+        );
+        assert!(a.lacks_of(&a, 5).is_empty());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The daemon's plans against `record`'s, per suite app (issue 26, part 1).
 
-    daemon-plans.py [--cold] [APP...]       (root; after a `warmstart bench` run)
+    daemon-plans.py [--cold] [APP...]       (root; after a `warmstart bench` run; KEEP=1
+                                            keeps each daemon's database and log)
 
 For each batch app of bench/suite.toml (ready = "exit"; default all of them) it starts a
 daemon with its own database and a configuration managing only that app's executable, then
@@ -75,7 +76,10 @@ for app in apps:
     finally:
         d.terminate()
         d.wait(timeout=30)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("KEEP"):  # keep the daemon's database and log to look into
+            print(f"{app['name']}: kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 mode = "every launch cold" if cold_learning else "first launch cold, then warm"
 print(f"daemon plans ({mode}) against record's (bench database {BENCH_DB}), launch-order plans")

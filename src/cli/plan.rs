@@ -204,13 +204,21 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
             let (key, a) = load(db, &app)?;
             let (other_key, b) = load(&other_db, other_app.as_deref().unwrap_or(&app))?;
             let o = a.overlap(&b);
+            let lacks = a.lacks_of(&b, 10);
+            let extra = b.lacks_of(&a, 10);
+            let files = |v: &[(std::path::PathBuf, u64)]| -> Vec<serde_json::Value> {
+                v.iter()
+                    .map(|(p, b)| json!({"path": p, "bytes": b}))
+                    .collect()
+            };
             if json {
                 println!(
                     "{}",
                     json!({"app": key, "other_app": other_key, "other_db": other_db,
                            "strategy": strategy, "overlap": o,
                            "held_by_other": o.held_by_other(),
-                           "holds_of_other": o.holds_of_other()})
+                           "holds_of_other": o.holds_of_other(),
+                           "lacks": files(&lacks), "only_here": files(&extra)})
                 );
             } else {
                 println!(
@@ -228,6 +236,14 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                     100.0 * o.held_by_other(),
                     100.0 * o.holds_of_other()
                 );
+                for (what, v) in [("only in the other", &lacks), ("only in this one", &extra)] {
+                    if !v.is_empty() {
+                        println!("  {what}, largest first:");
+                    }
+                    for (p, b) in v.iter() {
+                        println!("    {:>10}  {}", human_bytes(*b), p.display());
+                    }
+                }
             }
         }
         PlanCommand::Rm { app } => {

@@ -5,6 +5,7 @@
 pub mod event;
 pub mod format;
 pub mod knobs;
+pub mod mapped;
 pub mod opens;
 pub mod ringbuf;
 pub mod session;

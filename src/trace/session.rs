@@ -599,14 +599,18 @@ pub fn trace_prepared(
 pub struct Attached {
     tr: Tracing,
     pid: i32,
+    /// What the process had mapped when tracing began (`trace::mapped`).
+    early: Vec<super::mapped::MappedFile>,
 }
 
 impl Prepared {
-    /// Start following `pid` now; decide later whether to keep the recording.
+    /// Start following `pid` now; decide later whether to keep the recording. What it
+    /// mapped before (its first faults, missed) is read from its page tables.
     pub fn attach(self, pid: i32) -> Result<Attached, TraceError> {
         let mut tr = self.0;
         tr.follow(pid)?;
-        Ok(Attached { tr, pid })
+        let early = super::mapped::mapped_files(pid, sys::page_size());
+        Ok(Attached { tr, pid, early })
     }
 }
 
@@ -618,8 +622,41 @@ impl Attached {
         cfg: &TraceConfig,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<TracedLaunch, TraceError> {
-        stream_attached(self.tr, self.pid, exec_ts, cfg, stop)
+        let mut t = stream_attached(self.tr, self.pid, exec_ts, cfg, stop)?;
+        add_early(&mut t, &self.early, exec_ts);
+        Ok(t)
     }
+}
+
+/// Pages mapped before tracing began count as used at the exec, ahead of every traced
+/// access (fault-around events, which is what a fault on a cached page looks like), and
+/// their files as opened by the process (the open-file monitor started after they were).
+fn add_early(t: &mut TracedLaunch, early: &[super::mapped::MappedFile], exec_ts: u64) {
+    let mut events = Vec::new();
+    for f in early {
+        for &(index, last) in &f.runs {
+            events.push(Event {
+                ts: exec_ts,
+                tid: t.root_pid,
+                kind: EventKind::MapPages {
+                    dev: f.dev,
+                    ino: f.ino,
+                    index,
+                    last,
+                },
+            });
+        }
+        t.opens.push(OpenRecord {
+            t: exec_ts,
+            pid: t.root_pid,
+            dev: f.dev,
+            ino: f.ino,
+            is_dir: false,
+            path: f.path.clone(),
+        });
+    }
+    events.append(&mut t.events);
+    t.events = events;
 }
 
 fn stream_attached(
