@@ -8,14 +8,14 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::plan::{Entry, Plan};
 use crate::sys::{affinity, cpus_without, set_affinity, Dev};
 
 /// CPUs for the application and for the prefetcher while the prefetch runs, and the
 /// application's CPUs before (what it gets back).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placement {
     pub app: Vec<usize>,
     pub prefetcher: Vec<usize>,
@@ -59,14 +59,32 @@ fn split(before: &[usize], irq: usize) -> Option<Placement> {
     })
 }
 
-/// Give the application's CPUs back. `launch_start` is when the launched process started
-/// (`sys::start_time`): every thread of every process started since, still on exactly
-/// `p.app`, gets `p.before`. That is the application's tree, and also what it left behind
-/// if it exited first (reparented, no longer its descendants); a process someone else
-/// started in those milliseconds and pinned to exactly those CPUs would be unpinned too.
-/// Threads started while this runs inherit whatever their creator had; a second pass
-/// catches them. Returns how many threads were changed.
-pub fn restore(launch_start: u64, p: &Placement) -> usize {
+/// The launched process, as `restore` recognises what it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    /// When it started (`sys::start_time`, clock ticks since boot).
+    pub start: u64,
+    /// Its session: what it starts stays in it unless it detaches itself (`setsid`).
+    pub session: i32,
+}
+
+impl Launch {
+    pub fn of(pid: i32) -> Option<Launch> {
+        Some(Launch {
+            start: crate::sys::start_time(pid)?,
+            session: crate::sys::session_of(pid)?,
+        })
+    }
+}
+
+/// Give the application's CPUs back: every thread of every process of the launch's session
+/// started since the launch, still on exactly `p.app`, gets `p.before`. That is the
+/// application's tree, and also what it left behind if it exited first (reparented, no
+/// longer its descendants); a process started meanwhile in another session (another
+/// terminal's `taskset`) is left alone, even when pinned to exactly those CPUs. Threads
+/// started while this runs inherit whatever their creator had; a second pass catches them.
+/// Returns how many threads were changed.
+pub fn restore(launch: Launch, p: &Placement) -> usize {
     let mut changed = 0;
     for _ in 0..2 {
         let Ok(rd) = std::fs::read_dir("/proc") else {
@@ -89,7 +107,8 @@ pub fn restore(launch_start: u64, p: &Placement) -> usize {
                     continue;
                 }
                 let ours = *since_launch.get_or_insert_with(|| {
-                    crate::sys::start_time(pid).is_some_and(|t| t >= launch_start)
+                    crate::sys::start_time(pid).is_some_and(|t| t >= launch.start)
+                        && crate::sys::session_of(pid) == Some(launch.session)
                 });
                 if !ours {
                     break;
@@ -101,6 +120,93 @@ pub fn restore(launch_start: u64, p: &Placement) -> usize {
         }
     }
     changed
+}
+
+/// Where a prefetcher notes the application it pinned, so that a prefetcher killed before
+/// giving the CPUs back (SIGKILL, an abort) has them given back by the next one (`recover`).
+const JOURNALS: &str = "placements";
+
+#[derive(Serialize, Deserialize)]
+struct Noted {
+    /// The prefetcher's start time: its pid alone may be reused.
+    prefetcher_start: u64,
+    launch: Launch,
+    placement: Placement,
+}
+
+/// A prefetcher's note of the application it pinned (`RUN_DIR/placements/<pid>`), removed
+/// when it is done. Dropped without `done` (an early return, a panic), it gives the CPUs back
+/// itself.
+pub struct Journal {
+    path: PathBuf,
+    launch: Launch,
+    placement: Placement,
+    done: bool,
+}
+
+impl Journal {
+    /// Note the pinned launch; None if the run directory cannot be written (not root).
+    pub fn note(run_dir: &Path, launch: Launch, p: &Placement) -> Option<Journal> {
+        let me = std::process::id() as i32;
+        let dir = run_dir.join(JOURNALS);
+        std::fs::create_dir_all(&dir).ok()?;
+        let path = dir.join(me.to_string());
+        let noted = Noted {
+            prefetcher_start: crate::sys::start_time(me)?,
+            launch,
+            placement: p.clone(),
+        };
+        std::fs::write(&path, serde_json::to_vec(&noted).ok()?).ok()?;
+        Some(Journal {
+            path,
+            launch,
+            placement: p.clone(),
+            done: false,
+        })
+    }
+
+    /// The CPUs were given back: forget the note.
+    pub fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if !self.done {
+            restore(self.launch, &self.placement);
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Give back the CPUs of launches whose prefetcher died before it could (its note is left,
+/// its process gone). Returns how many launches were repaired.
+pub fn recover(run_dir: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(run_dir.join(JOURNALS)) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in rd.filter_map(Result::ok) {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let noted = std::fs::read(e.path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Noted>(&b).ok());
+        let Some(noted) = noted else {
+            // Written in part by a killed prefetcher: nothing to act on.
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        };
+        if crate::sys::running_since(pid, noted.prefetcher_start) {
+            continue;
+        }
+        restore(noted.launch, &noted.placement);
+        let _ = std::fs::remove_file(e.path());
+        n += 1;
+    }
+    n
 }
 
 /// The CPU that takes (nearly) all the interrupts of the disk holding `dev`, if it has a
@@ -309,15 +415,68 @@ mod tests {
             }
         };
         let (mut a, mut b) = (sleep(), sleep());
-        let (po, pa, pb) = (old.id() as i32, a.id() as i32, b.id() as i32);
-        assert!(set_affinity(po, &p.app) && set_affinity(pa, &p.app) && set_affinity(pb, &p.app));
+        // Started since, pinned like the launch, but in a session of its own (another
+        // terminal's `taskset`): not the launch's either.
+        // setsid(1) execs `sleep` in place: the child is not a process-group leader.
+        let mut other = std::process::Command::new("setsid")
+            .args(["sleep", "5"])
+            .spawn()
+            .unwrap();
+        let mine = crate::sys::session_of(std::process::id() as i32);
+        while crate::sys::session_of(other.id() as i32) == mine {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let (po, pa, pb, px) = (
+            old.id() as i32,
+            a.id() as i32,
+            b.id() as i32,
+            other.id() as i32,
+        );
+        for pid in [po, pa, pb, px] {
+            assert!(set_affinity(pid, &p.app));
+        }
         // `b` chose its own CPUs since: restore must leave it alone.
         assert!(set_affinity(pb, &p.prefetcher));
-        assert!(restore(launch_start, &p) >= 1);
+        let launch = Launch {
+            start: launch_start,
+            session: crate::sys::session_of(std::process::id() as i32).unwrap(),
+        };
+        assert!(restore(launch, &p) >= 1);
         assert_eq!(affinity(pa), Some(before.clone()));
         assert_eq!(affinity(pb), Some(p.prefetcher.clone()));
         assert_eq!(affinity(po), Some(p.app.clone()));
-        for c in [&mut old, &mut a, &mut b] {
+        assert_eq!(
+            affinity(px),
+            Some(p.app.clone()),
+            "another session's process"
+        );
+        // A prefetcher killed before giving the CPUs back: the next one does, from its note.
+        let run = tempfile::tempdir().unwrap();
+        assert!(set_affinity(pa, &p.app));
+        let note = Journal::note(run.path(), launch, &p).unwrap();
+        let path = note.path.clone();
+        std::mem::forget(note); // as if killed: no drop
+        assert_eq!(
+            recover(run.path()),
+            0,
+            "its prefetcher (this process) still runs"
+        );
+        let dead = run.path().join("placements").join(i32::MAX.to_string());
+        std::fs::rename(&path, &dead).unwrap();
+        assert_eq!(recover(run.path()), 1);
+        assert_eq!(affinity(pa), Some(before.clone()));
+        assert!(!dead.exists());
+        // One dropped without `done` gives them back itself.
+        assert!(set_affinity(pa, &p.app));
+        drop(Journal::note(run.path(), launch, &p).unwrap());
+        assert_eq!(affinity(pa), Some(before.clone()));
+        assert_eq!(
+            std::fs::read_dir(run.path().join("placements"))
+                .unwrap()
+                .count(),
+            0
+        );
+        for c in [&mut old, &mut a, &mut b, &mut other] {
             let _ = c.kill();
             let _ = c.wait();
         }

@@ -726,6 +726,21 @@ pub fn start_time(pid: i32) -> Option<u64> {
     proc_stat_field(pid, 22)
 }
 
+/// Whether the process `pid` that started at `start` still runs: not gone, not a zombie
+/// (dead, its parent yet to reap it), not a later process with its pid.
+pub fn running_since(pid: i32, start: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state: Option<String> = stat_field(&stat, 3);
+    stat_field::<u64>(&stat, 22) == Some(start) && !matches!(state.as_deref(), Some("Z" | "X"))
+}
+
+/// The session `pid` belongs to (field 6 of `/proc/<pid>/stat`).
+pub fn session_of(pid: i32) -> Option<i32> {
+    proc_stat_field(pid, 6)
+}
+
 /// The CPU `pid` last ran on (field 39 of `/proc/<pid>/stat`).
 pub fn last_cpu(pid: i32) -> Option<usize> {
     proc_stat_field(pid, 39)

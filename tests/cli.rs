@@ -840,6 +840,85 @@ fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_the_terminals_signals_to_the
 }
 
 #[test]
+fn cpus_a_killed_prefetcher_kept_from_the_app_are_given_back_by_the_next_run() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let Some(g) = privileged_on_ext4() else {
+        return;
+    };
+    let cpus = |pid: i32| -> Vec<usize> {
+        let set = nix::sched::sched_getaffinity(Pid::from_raw(pid)).unwrap();
+        (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect()
+    };
+    let everywhere = cpus(0);
+    if everywhere.len() < 2 {
+        skip("needs two CPUs");
+        return;
+    }
+    let sb = Sandbox::new();
+    let dir = sb.learned("synth", 24, 1024);
+    let o = run(sb.ws().args(["run", "--app", "synth", "--", "sleep", "0"]));
+    assert!(o.status.success(), "{}", text(&o));
+    wait_knob_holders_gone();
+    evict(&dir);
+    let Some(slow) = SlowReads::new(sb.path(), 1 << 20) else {
+        skip("no blkio cgroup controller to slow the prefetch down");
+        return;
+    };
+    let mut app = slow
+        .ws(&sb, &["run", "--app", "synth", "--jobs", "1"])
+        .args(["--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let app_pid = app.id() as i32;
+    let t0 = Instant::now();
+    let prefetcher = loop {
+        let found = slow
+            .procs()
+            .into_iter()
+            .find(|&p| p != app_pid && live_ppid(p).is_some_and(|pp| pp != app_pid));
+        if let Some(p) = found.filter(|_| cpus(app_pid) != everywhere) {
+            break p;
+        }
+        if t0.elapsed() > Duration::from_secs(20) {
+            // This disk spreads its interrupts: launches are never pinned here.
+            let _ = app.kill();
+            let _ = app.wait();
+            skip("launches are not pinned on this machine's disk");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    kill(Pid::from_raw(prefetcher), Signal::SIGKILL).unwrap();
+    while live_ppid(prefetcher).is_some() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_ne!(
+        cpus(app_pid),
+        everywhere,
+        "still pinned: nobody gave them back"
+    );
+    // The next prefetched launch's prefetcher finds the note and gives them back.
+    let o = run(sb.ws().args(["run", "--app", "synth", "--", "sleep", "0"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let t0 = Instant::now();
+    while cpus(app_pid) != everywhere {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the killed prefetcher's app is still pinned"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(app.try_wait().unwrap().is_none(), "the application ended");
+    app.kill().unwrap();
+    app.wait().unwrap();
+    wait_knob_holders_gone();
+    assert_kernel_clean(&g.before);
+}
+
+#[test]
 fn ctrl_c_before_the_app_starts_leaves_the_setting_as_found() {
     use nix::sys::signal::{kill, Signal};
     use nix::unistd::Pid;

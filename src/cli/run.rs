@@ -525,12 +525,24 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
     if let Err(e) = Deferred::signals().thread_unblock() {
         tracing::warn!("cannot unblock signals: {e}");
     }
+    // Launches left pinned by a prefetcher killed before it gave their CPUs back.
+    let repaired = placement::recover(Path::new(crate::trace::knobs::RUN_DIR));
+    if repaired > 0 {
+        tracing::info!(
+            "gave back the CPUs of {repaired} launch(es) a killed prefetcher had pinned"
+        );
+    }
     let Ok(pidfd) = sys::pidfd_open(app_pid) else {
         return 0; // the application is already gone
     };
     let entries = plan.entries.len();
     let place = opts.placement.clone();
-    let launch_start = sys::start_time(app_pid);
+    let launch_start = placement::Launch::of(app_pid);
+    let run_dir = Path::new(crate::trace::knobs::RUN_DIR);
+    let journal = match (&place, launch_start) {
+        (Some(p), Some(l)) => placement::Journal::note(run_dir, l, p),
+        _ => None,
+    };
     let (running, head) = match Running::start_holding(Arc::new(plan), opts) {
         Ok(r) => r,
         Err(e) => {
@@ -581,6 +593,9 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
     // Also when the app has exited: what it started may still run on the pinned CPUs.
     if let (Some(p), Some(t)) = (&place, launch_start) {
         placement::restore(t, p);
+        if let Some(j) = journal {
+            j.done();
+        }
     }
     // Dropping the hold on the way: the inode readahead setting is back once this returns.
     let report = running.stop();
@@ -697,7 +712,7 @@ fn spawn_and_wait(
     })?;
     let pid = child.id() as i32;
     let forwarder = Forwarder::start(pid).context("installing signal forwarding")?;
-    if let (Some((p, running)), Some(t)) = (place, sys::start_time(pid)) {
+    if let (Some((p, running)), Some(t)) = (place, placement::Launch::of(pid)) {
         // Wait for the plan or the child's exit, whichever comes first.
         if let Ok(pidfd) = sys::pidfd_open(pid) {
             let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
