@@ -15,6 +15,11 @@ pub const EXPLORE_EVERY: usize = 10;
 /// `EXPLORE_EVERY * SLOW_RETRY` launches (in case the app or the device changed).
 pub const CONTENDER: f64 = 1.10;
 pub const SLOW_RETRY: usize = 5;
+/// A plain baseline of fewer launches than this (`record`'s two, timed in one moment) is
+/// re-timed at the exploring launches until it has them, however slow it looked: timed
+/// while the machine was slow (pdflatex: 173 ms at `record`, 139 ms cold in the bench that
+/// followed, bench/results), it would otherwise keep a plain launch out for good.
+pub const PLAIN_SAMPLES: usize = 5;
 /// Launches on this machine vary by ±10% from one to the next, so medians of a few launches
 /// rank near-equal strategies at random: another strategy replaces the device class's first
 /// choice only when its median is at least this much faster.
@@ -140,6 +145,7 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Choice, String) {
             all_of_them
                 // A plain launch chosen: the best strategy is always worth another look.
                 || (choice.is_none() && c == Some(best))
+                || (c.is_none() && plain.len() < PLAIN_SAMPLES)
                 || median_of(c).is_some_and(|m| m <= chosen_ms * CONTENDER)
         };
         // The candidate whose latest sample is oldest.
@@ -392,6 +398,36 @@ mod tests {
         let mut h = strategies.clone();
         h.insert(0, rec_named(PLAIN, 100.0));
         assert!(choose(&h, true).0.is_some());
+    }
+
+    #[test]
+    fn a_thin_plain_baseline_is_re_timed_however_slow_it_looked() {
+        let mut h = each_twice(
+            &[
+                (Strategy::Paralfetch, 152.0),
+                (Strategy::Trace, 150.0),
+                (Strategy::Fast, 155.0),
+            ],
+            0.0,
+        );
+        h.insert(0, rec(Strategy::Paralfetch, 152.0));
+        // record's two plain launches, the oldest, 14% slower than the best strategy.
+        h.extend([rec_named(PLAIN, 173.0), rec_named(PLAIN, 173.0)]);
+        assert_eq!(h.len(), 9);
+        let (c, why) = choose(&h, true);
+        assert_eq!(c, None, "{why}");
+        assert!(why.contains("re-trying none"), "{why}");
+        // With enough plain launches, that slow it is no contender any more.
+        let mut h2 = h.clone();
+        h2.truncate(7);
+        h2.extend([173.0, 174.0, 175.0, 173.0, 176.0].map(|ms| rec_named(PLAIN, ms)));
+        // 12 launches behind: not an exploring launch; make it one.
+        h2.splice(0..0, [152.0, 153.0].map(|ms| rec(Strategy::Paralfetch, ms)));
+        while h2.iter().filter(|l| l.mode == "run").count() % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
+            h2.insert(0, rec(Strategy::Paralfetch, 152.0));
+        }
+        let (c, why) = choose(&h2, true);
+        assert!(c.is_some(), "{why}");
     }
 
     #[test]
