@@ -452,22 +452,12 @@ mod tests {
     fn the_floor_reads_the_plans_ranges_without_caching_them() {
         use crate::plan::{Plan, Provenance};
         use crate::resolve::FileId;
-        use std::os::fd::AsFd;
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let mut files = Vec::new();
         for name in ["a", "b"] {
             let p = dir.path().join(name);
             std::fs::write(&p, vec![9u8; 1 << 20]).unwrap();
-            let f = std::fs::File::open(&p).unwrap();
-            f.sync_all().unwrap();
-            // Evict it: written pages are clean after the sync.
-            nix::fcntl::posix_fadvise(
-                f.as_fd(),
-                0,
-                0,
-                nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-            )
-            .unwrap();
+            crate::testutil::evict(&p);
             files.push(FileId::of(&p).unwrap());
         }
         let data = |file, offset, len| Entry::Data { file, offset, len };

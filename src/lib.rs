@@ -38,4 +38,17 @@ pub(crate) mod testutil {
         }
         eprintln!("skipped: {reason}");
     }
+
+    /// Write `path`'s pages back and drop them from the page cache (clean pages go).
+    pub fn evict(path: &std::path::Path) {
+        let f = std::fs::File::open(path).unwrap();
+        f.sync_all().unwrap();
+        nix::fcntl::posix_fadvise(
+            &f,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+    }
 }

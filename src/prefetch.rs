@@ -1138,15 +1138,7 @@ mod tests {
         prefetch_watching(&plan, &opts, &AtomicBool::new(false), &|| {}, &warm);
         assert!(warm.load(Ordering::Relaxed), "all in memory: warm");
         // Evicted (clean after the sync): cold.
-        let f = std::fs::File::open(&p).unwrap();
-        f.sync_all().unwrap();
-        nix::fcntl::posix_fadvise(
-            f.as_fd(),
-            0,
-            0,
-            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-        )
-        .unwrap();
+        crate::testutil::evict(&p);
         if sys::cached_pages_of(&p).unwrap() > 0 {
             return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
         }

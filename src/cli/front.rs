@@ -23,7 +23,7 @@ use crate::schedule::Strategy;
 pub const FULL: &str = "warmstart-cli";
 
 /// A plain `run` the front launches itself.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 pub struct FastRun {
     pub db: Option<PathBuf>,
     pub verbose: u8,
@@ -107,20 +107,7 @@ fn run_option(f: &mut FastRun, name: &str, value: &str) -> Option<()> {
 /// The plain `run` in `args` (the command line without argv[0]), if it is one the front
 /// launches itself; None hands the command line to the full binary.
 pub fn classify(args: &[OsString]) -> Option<FastRun> {
-    let mut f = FastRun {
-        db: None,
-        verbose: 0,
-        quiet: false,
-        jobs: None,
-        meta_jobs: None,
-        window_kb: None,
-        mem_cap_mb: None,
-        hold_cap_ms: None,
-        share_cpu: false,
-        strategy: None,
-        app: None,
-        command: Vec::new(),
-    };
+    let mut f = FastRun::default();
     let mut it = args.iter();
     // Globals, then `run`.
     loop {
@@ -190,20 +177,7 @@ impl FastPrefetch {
 /// `prefetch`, its flags and options in any order, one app; anything else is the full
 /// parser's (with its messages).
 pub fn classify_prefetch(args: &[OsString]) -> Option<FastPrefetch> {
-    let mut g = FastRun {
-        db: None,
-        verbose: 0,
-        quiet: false,
-        jobs: None,
-        meta_jobs: None,
-        window_kb: None,
-        mem_cap_mb: None,
-        hold_cap_ms: None,
-        share_cpu: false,
-        strategy: None,
-        app: None,
-        command: Vec::new(),
-    };
+    let mut g = FastRun::default();
     let mut it = args.iter();
     loop {
         let tok = it.next()?.to_str()?;
