@@ -364,7 +364,7 @@ pub fn floor(plan: &crate::plan::Plan) -> std::io::Result<Floor> {
 }
 
 /// A planned regular file opened for `O_DIRECT` reads, if it is still the planned file.
-fn open_direct(f: &crate::resolve::FileId) -> Option<std::os::fd::OwnedFd> {
+pub fn open_direct(f: &crate::resolve::FileId) -> Option<std::os::fd::OwnedFd> {
     use nix::fcntl::OFlag;
     use nix::sys::stat::SFlag;
     if f.kind != crate::resolve::FileKind::Regular {

@@ -6,7 +6,8 @@
 //! Data flow, one module per stage:
 //! [`trace`] → [`sequence`] → [`resolve`] → [`schedule`] → [`plan`] → [`prefetch`];
 //! [`placement`] keeps a launch and its prefetcher on separate CPUs; [`store`] keeps apps,
-//! runs and plans; [`learn`] runs the learning cycle; [`bench`] measures.
+//! runs and plans; [`learn`] runs the learning cycle; [`bench`] measures; [`emulate`] replays
+//! recorded launches on the device without the page cache (IEICE 2015's platform).
 
 pub mod app;
 pub mod bench;
@@ -14,6 +15,7 @@ pub mod cli;
 pub mod codec;
 pub mod daemon;
 pub mod device;
+pub mod emulate;
 pub mod explain;
 pub mod ext4;
 pub mod launch;

@@ -1099,7 +1099,12 @@ fn one_line_error(o: &Output) -> String {
 #[test]
 fn missing_command_is_a_usage_error() {
     let sb = Sandbox::new();
-    for cmd in [&["record"][..], &["run"][..], &["run", "--"][..]] {
+    for cmd in [
+        &["record"][..],
+        &["run"][..],
+        &["run", "--"][..],
+        &["emulate"][..],
+    ] {
         let o = run(sb.ws().args(cmd));
         assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", text(&o));
     }
@@ -1477,6 +1482,7 @@ fn help_for_every_command() {
         &["plan", "list"],
         &["plan", "rm"],
         &["demo"],
+        &["emulate"],
     ] {
         let o = run(Command::new(WS).args(cmd).arg("--help"));
         assert!(o.status.success(), "{cmd:?}: {}", text(&o));
@@ -1714,6 +1720,65 @@ fn every_strategy_has_a_plan_and_runs() {
         .ws()
         .args(["run", "--app", "st", "--strategy", "bogus", "--", "true"]));
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+
+    // The emulator replays the recorded launch cold and with every plan, on the device,
+    // leaving the page cache as it found it.
+    evict(&app);
+    let sample = std::fs::read_dir(&app)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_file())
+        .unwrap();
+    let o = run(sb.ws().args(["emulate", "st", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let em = json(&o);
+    let names: Vec<&str> = em["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names[0], "cold", "{em}");
+    assert_eq!(names.len(), 6, "{em}");
+    let cold = &em["scenarios"][0];
+    assert!(
+        cold["missed_pages"].as_u64().unwrap() > 0,
+        "cold reads itself: {em}"
+    );
+    assert!(em["files_readable"].as_u64().unwrap() > 0, "{em}");
+    for s in &em["scenarios"].as_array().unwrap()[1..] {
+        assert!(s["miss_rate"].as_f64().unwrap() < 0.5, "{s}");
+        assert!(s["launch_ms"].as_f64().unwrap() > 0.0, "{s}");
+    }
+    assert_eq!(cached_pages(&sample), 0, "O_DIRECT replay cached nothing");
+    // Exported, then emulated from the file: the same scenarios.
+    let ex = sb.path().join("st.wsem");
+    let o = run(sb
+        .ws()
+        .args(["emulate", "st", "--export", ex.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(sb.ws().args([
+        "emulate",
+        "--trace",
+        ex.to_str().unwrap(),
+        "--strategy",
+        "fast",
+        "--json",
+    ]));
+    assert!(o.status.success(), "{}", text(&o));
+    let names: Vec<String> = json(&o)["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["cold", "fast"]);
+    // A file that is not an export, a strategy without a plan: errors that say so.
+    let o = run(sb.ws().args(["emulate", "--trace", "/etc/hostname"]));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("not a launch exported"), "{}", text(&o));
+    let o = run(sb.ws().args(["emulate", "st", "--strategy", "bogus"]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
 }
 
 #[test]

@@ -4,6 +4,7 @@
 mod auto;
 mod bench;
 mod demo;
+mod emulate;
 mod explain;
 pub mod front;
 mod plan;
@@ -72,6 +73,10 @@ pub enum Command {
     /// Where a launch's time goes: trace a cold, a warm and a `warmstart run` launch, and
     /// attribute every millisecond of each (root).
     Explain(ExplainArgs),
+    /// Replay an app's recorded launches on the device with O_DIRECT, with and without each
+    /// plan prefetched, into a simulated cache: strategies compared without touching the page
+    /// cache (IEICE 2015's emulation platform; root).
+    Emulate(EmulateArgs),
     /// Benchmark the suite's real applications: cold, warm, warmstart and the peers (root).
     Bench(BenchArgs),
     /// Run the automatic-mode daemon: learn and prefetch every launched application (root).
@@ -210,6 +215,32 @@ pub struct PrefetchArgs {
     /// prefetch, so by default nothing holds it back.
     #[arg(long, default_value_t = 0)]
     pub window_kb: u64,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["app", "trace"])))]
+pub struct EmulateArgs {
+    /// App key, or a unique part of it.
+    pub app: Option<String>,
+    /// Emulate a launch exported with --export (on this or another machine) instead of an
+    /// app of the database.
+    #[arg(long, value_name = "FILE", conflicts_with = "export")]
+    pub trace: Option<PathBuf>,
+    /// Write the app's recorded launches and plans to FILE (to emulate elsewhere) and exit.
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
+    /// Emulate only this strategy's plan (repeatable; default: every stored plan).
+    #[arg(long = "strategy", value_name = "STRATEGY")]
+    pub strategies: Vec<String>,
+    /// Emulated launches per recorded launch and scenario (the mean is reported).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Prefetcher threads.
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=crate::prefetch::MAX_JOBS as i64))]
+    pub jobs: u16,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -632,6 +663,7 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
         Command::Demo(a) => demo::cmd(&cli.db, a),
         Command::Prefetch(a) => prefetch::prefetch_cmd(&cli.db, a),
         Command::Explain(a) => explain::cmd(&cli.db, a),
+        Command::Emulate(a) => emulate::cmd(&cli.db, a),
         Command::Daemon(a) => auto::daemon(&cli.db, a),
         Command::Status { json, run_dir } => auto::status(&cli.db, json, &run_dir),
         Command::App(c) => auto::app(&cli.db, c),
