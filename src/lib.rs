@@ -7,11 +7,14 @@
 //! [`trace`] → [`sequence`] → [`resolve`] → [`schedule`] → [`plan`] → [`prefetch`];
 //! [`placement`] keeps a launch and its prefetcher on separate CPUs; [`store`] keeps apps,
 //! runs and plans; [`learn`] runs the learning cycle; [`bench`] measures; [`emulate`] replays
-//! recorded launches on the device without the page cache (IEICE 2015's platform).
+//! recorded launches on the device without the page cache (IEICE 2015's platform);
+//! [`cluster`] mines the read bursts of running applications and prefetches each when its
+//! trigger file is opened (ClusterFetch).
 
 pub mod app;
 pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod codec;
 pub mod daemon;
 pub mod device;

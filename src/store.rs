@@ -15,7 +15,7 @@ use crate::sequence::RawRun;
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
 const RUN_VERSION: u16 = 3;
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -58,6 +58,34 @@ pub enum StoreError {
 
 /// A stored learning run: (id, recorded at, the run or why it does not decode).
 pub type StoredRun = (i64, i64, Result<RawRun, CodecError>);
+
+/// A burst plan to store (ClusterFetch), keyed by its trigger file.
+pub struct NewBurst {
+    pub dev: crate::sys::Dev,
+    pub ino: u64,
+    pub path: PathBuf,
+    pub created_at: i64,
+    pub plan: Plan,
+    pub alternatives: Vec<PathBuf>,
+}
+
+/// A stored burst, as `bursts list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BurstRow {
+    pub id: i64,
+    pub dev: String,
+    pub ino: u64,
+    pub path: PathBuf,
+    pub created_at: i64,
+    pub bytes: u64,
+    pub alternatives: Vec<PathBuf>,
+    pub hits: u64,
+    pub failures: u64,
+    pub last_used: Option<i64>,
+    pub last_check: Option<String>,
+    /// Prefetched when its trigger opens (a failed check deactivates it until re-mined).
+    pub active: bool,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct AppRow {
@@ -312,6 +340,27 @@ impl Store {
                         dev TEXT PRIMARY KEY,
                         facts TEXT NOT NULL,
                         measured_at INTEGER NOT NULL);",
+            )
+            .map_err(sql)?;
+        }
+        if v < 3 {
+            // ClusterFetch's burst plans, one per trigger file (device, inode).
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS bursts(
+                        id INTEGER PRIMARY KEY,
+                        dev TEXT NOT NULL,
+                        ino INTEGER NOT NULL,
+                        path BLOB NOT NULL,
+                        created_at INTEGER NOT NULL,
+                        bytes INTEGER NOT NULL,
+                        plan BLOB NOT NULL,
+                        alternatives TEXT NOT NULL,
+                        hits INTEGER NOT NULL DEFAULT 0,
+                        failures INTEGER NOT NULL DEFAULT 0,
+                        last_used INTEGER,
+                        last_check TEXT,
+                        active INTEGER NOT NULL DEFAULT 1,
+                        UNIQUE(dev, ino));",
             )
             .map_err(sql)?;
         }
@@ -617,6 +666,152 @@ impl Store {
                     source,
                 }),
         }
+    }
+
+    /// Store a burst plan for its trigger, replacing the trigger's previous one (its hit and
+    /// failure counts are kept) and making it active again, unless the trigger failed its
+    /// check `blacklist_after` times: then nothing is stored (None).
+    pub fn put_burst(
+        &mut self,
+        b: &NewBurst,
+        blacklist_after: u64,
+    ) -> Result<Option<i64>, StoreError> {
+        let failures: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT failures FROM bursts WHERE dev = ?1 AND ino = ?2",
+                params![b.dev.to_string(), b.ino as i64],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        if failures.is_some_and(|f| f as u64 >= blacklist_after) {
+            return Ok(None);
+        }
+        let blob = b.plan.encode().map_err(|source| StoreError::CorruptPlan {
+            app: b.path.display().to_string(),
+            source,
+        })?;
+        let bytes = b.plan.summary().bytes as i64;
+        let alts = serde_json::to_string(&b.alternatives).unwrap_or_else(|_| "[]".into());
+        self.conn
+            .query_row(
+                "INSERT INTO bursts(dev, ino, path, created_at, bytes, plan, alternatives)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT(dev, ino) DO UPDATE SET path = excluded.path,
+                    created_at = excluded.created_at, bytes = excluded.bytes,
+                    plan = excluded.plan, alternatives = excluded.alternatives, active = 1
+                 RETURNING id",
+                params![
+                    b.dev.to_string(),
+                    b.ino as i64,
+                    b.path.as_os_str().as_encoded_bytes(),
+                    b.created_at,
+                    bytes,
+                    blob,
+                    alts
+                ],
+                |r| r.get(0),
+            )
+            .map(Some)
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Replace a burst's plan (trimmed after a check).
+    pub fn replace_burst_plan(&mut self, id: i64, plan: &Plan) -> Result<(), StoreError> {
+        let blob = plan.encode().map_err(|source| StoreError::CorruptPlan {
+            app: plan.app.clone(),
+            source,
+        })?;
+        self.conn
+            .execute(
+                "UPDATE bursts SET plan = ?2, bytes = ?3 WHERE id = ?1",
+                params![id, blob, plan.summary().bytes as i64],
+            )
+            .map(|_| ())
+            .map_err(|e| self.sql(e))
+    }
+
+    /// A burst's trigger was opened and its plan prefetched.
+    pub fn burst_hit(&mut self, id: i64, now: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE bursts SET hits = hits + 1, last_used = ?2 WHERE id = ?1",
+                params![id, now],
+            )
+            .map(|_| ())
+            .map_err(|e| self.sql(e))
+    }
+
+    /// The check after a burst prefetch: a failed one counts a failure and deactivates it.
+    pub fn burst_checked(&mut self, id: i64, ok: bool, what: &str) -> Result<(), StoreError> {
+        let sql = if ok {
+            "UPDATE bursts SET last_check = ?2 WHERE id = ?1"
+        } else {
+            "UPDATE bursts SET last_check = ?2, failures = failures + 1, active = 0 WHERE id = ?1"
+        };
+        self.conn
+            .execute(sql, params![id, what])
+            .map(|_| ())
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Every stored burst (plans not decoded), newest first.
+    pub fn bursts(&self) -> Result<Vec<BurstRow>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, dev, ino, path, created_at, bytes, alternatives, hits, failures,
+                        last_used, last_check, active
+                 FROM bursts ORDER BY created_at DESC, id DESC",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([], |r| {
+                let path: Vec<u8> = r.get(3)?;
+                let alts: String = r.get(6)?;
+                Ok(BurstRow {
+                    id: r.get(0)?,
+                    dev: r.get(1)?,
+                    ino: r.get::<_, i64>(2)? as u64,
+                    path: PathBuf::from(String::from_utf8_lossy(&path).into_owned()),
+                    created_at: r.get(4)?,
+                    bytes: r.get::<_, i64>(5)? as u64,
+                    alternatives: serde_json::from_str(&alts).unwrap_or_default(),
+                    hits: r.get::<_, i64>(7)? as u64,
+                    failures: r.get::<_, i64>(8)? as u64,
+                    last_used: r.get(9)?,
+                    last_check: r.get(10)?,
+                    active: r.get::<_, i64>(11)? != 0,
+                })
+            })
+            .map_err(|e| self.sql(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.sql(e))?;
+        Ok(rows)
+    }
+
+    /// A burst's plan.
+    pub fn burst_plan(&self, b: &BurstRow) -> Result<Plan, StoreError> {
+        let blob: Vec<u8> = self
+            .conn
+            .query_row("SELECT plan FROM bursts WHERE id = ?1", [b.id], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.sql(e))?;
+        Plan::decode(&blob).map_err(|source| StoreError::CorruptPlan {
+            app: b.path.display().to_string(),
+            source,
+        })
+    }
+
+    /// Remove a burst; false if there was none with that id.
+    pub fn remove_burst(&mut self, id: i64) -> Result<bool, StoreError> {
+        let n = self
+            .conn
+            .execute("DELETE FROM bursts WHERE id = ?1", [id])
+            .map_err(|e| self.sql(e))?;
+        Ok(n > 0)
     }
 
     /// The app's stored learning runs, each decoded or its decode error.

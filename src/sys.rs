@@ -45,6 +45,21 @@ impl std::fmt::Display for Dev {
     }
 }
 
+impl std::str::FromStr for Dev {
+    type Err = String;
+
+    /// `major:minor`, as `Display` writes it.
+    fn from_str(s: &str) -> Result<Dev, String> {
+        let (a, b) = s
+            .split_once(':')
+            .ok_or_else(|| format!("`{s}` is not major:minor"))?;
+        Ok(Dev {
+            major: a.parse().map_err(|_| format!("bad major in `{s}`"))?,
+            minor: b.parse().map_err(|_| format!("bad minor in `{s}`"))?,
+        })
+    }
+}
+
 /// Page size of this machine (tracepoint page indexes are in these units).
 pub fn page_size() -> u64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)

@@ -1483,6 +1483,8 @@ fn help_for_every_command() {
         &["plan", "rm"],
         &["demo"],
         &["emulate"],
+        &["bursts"],
+        &["bursts", "mine"],
     ] {
         let o = run(Command::new(WS).args(cmd).arg("--help"));
         assert!(o.status.success(), "{cmd:?}: {}", text(&o));
@@ -1856,7 +1858,7 @@ fn daemon_config(sb: &Sandbox, include: &[&Path], n_chk: u32, min_launch_kb: u32
         &config,
         format!(
             "include = [{}]\nn_rawseq = 2\nn_chk = {n_chk}\nmin_launch_kb = {min_launch_kb}\n\
-             t_idle_secs = 1.0\n",
+             t_idle_secs = 1.0\nbursts = false\n",
             include.join(", ")
         ),
     )
@@ -2061,6 +2063,103 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     let st = d.child.wait().unwrap();
     assert!(st.success(), "{st:?}");
     assert_kernel_clean(&before);
+}
+
+/// ClusterFetch in the daemon: a running application loads (opens a trigger file, then reads
+/// a set of files); the daemon mines the burst under that trigger; on the next cold load the
+/// trigger's opening starts the burst's prefetch, and the check finds it used.
+#[test]
+fn daemon_mines_a_loading_burst_and_prefetches_it_when_its_trigger_opens() {
+    use std::io::{BufRead, Write};
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    // 80 files: with their openings, more log entries than the burst length threshold (100).
+    let data = sb.workload(80, 128);
+    let trigger = sb.path().join("level1.map");
+    std::fs::write(&trigger, b"level one").unwrap();
+    let config = sb.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "include = [\"/nonexistent\"]\nburst_check_secs = 2.0\nburst_min_kb = 64\n",
+    )
+    .unwrap();
+    let before = warmstart_instances();
+    let d = Daemon::start(&sb, &config);
+    let mut app = Command::new(SYNTH)
+        .args(["serve", data.to_str().unwrap(), "--trigger"])
+        .arg(&trigger)
+        .args(["--cpu-us", "2000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = app.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(app.stdout.take().unwrap()).lines();
+    let mut load = || -> serde_json::Value {
+        writeln!(stdin, "go").unwrap();
+        serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap()
+    };
+    let canon = std::fs::canonicalize(&trigger).unwrap();
+    let burst = |sb: &Sandbox| -> Option<serde_json::Value> {
+        let o = run(sb.ws().args(["bursts", "list", "--json"]));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        v.as_array()?
+            .iter()
+            .find(|b| b["path"] == canon.to_str().unwrap())
+            .cloned()
+    };
+    // Cold, after a pause: the burst is learned.
+    std::thread::sleep(Duration::from_millis(500));
+    drop_caches();
+    std::thread::sleep(Duration::from_millis(500));
+    let first = load();
+    let t0 = Instant::now();
+    while burst(&sb).is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no burst learned after {}: {}",
+            canon.display(),
+            std::fs::read_to_string(&d.log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Cold again: the trigger's opening prefetches it, and the check finds it used.
+    drop_caches();
+    std::thread::sleep(Duration::from_millis(500));
+    let second = load();
+    let t0 = Instant::now();
+    let b = loop {
+        let b = burst(&sb).unwrap();
+        if b["last_check"].is_string() {
+            break b;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the burst was not prefetched and checked: {b}\n{}",
+            std::fs::read_to_string(&d.log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(b["hits"], 1, "{b}");
+    // Used as mined, or mostly (the kernel's readahead past what the loader reads is in
+    // the burst too): kept, trimmed to what was used.
+    assert_eq!(b["active"], true, "the check found it used: {b}");
+    assert!(b["last_check"].as_str().unwrap().contains("% used"), "{b}");
+    let shown = run(sb.ws().args(["bursts", "show", canon.to_str().unwrap()]));
+    assert!(shown.status.success(), "{}", text(&shown));
+    eprintln!(
+        "major faults: first load {}, second {} (cumulative)",
+        first["major_faults"], second["major_faults"]
+    );
+    drop(stdin);
+    let _ = app.wait();
+    drop(d);
+    // The miner's and the checks' tracefs instances went with the daemon.
+    assert_eq!(warmstart_instances(), before);
+    // Removing it by path.
+    let o = run(sb.ws().args(["bursts", "rm", canon.to_str().unwrap()]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(burst(&sb).is_none());
 }
 
 #[test]

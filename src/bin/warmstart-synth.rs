@@ -37,6 +37,16 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// A running application that loads on demand: for each line on stdin, open TRIGGER,
+    /// then read and map the files of DIR as `launch` does (a document or level loaded by
+    /// an application already running: ClusterFetch's loading scenario).
+    Serve {
+        dir: PathBuf,
+        #[arg(long)]
+        trigger: PathBuf,
+        #[arg(long, default_value_t = 2000)]
+        cpu_us: u64,
+    },
     /// Launch: read and map the files of DIR in order, computing between reads.
     Launch {
         dir: PathBuf,
@@ -162,5 +172,20 @@ fn main() -> Result<()> {
             seed,
         } => gen(&dir, files, size_kb, seed),
         Cmd::Launch { dir, cpu_us } => launch(&dir, cpu_us),
+        Cmd::Serve {
+            dir,
+            trigger,
+            cpu_us,
+        } => {
+            let mut line = String::new();
+            while std::io::stdin().read_line(&mut line)? > 0 {
+                let _ = fs::read(&trigger)
+                    .with_context(|| format!("reading the trigger {}", trigger.display()))?;
+                launch(&dir, cpu_us)?;
+                std::io::Write::flush(&mut std::io::stdout())?;
+                line.clear();
+            }
+            Ok(())
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 mod auto;
 mod bench;
+mod bursts;
 mod demo;
 mod emulate;
 mod explain;
@@ -77,6 +78,10 @@ pub enum Command {
     /// plan prefetched, into a simulated cache: strategies compared without touching the page
     /// cache (IEICE 2015's emulation platform; root).
     Emulate(EmulateArgs),
+    /// ClusterFetch: the read bursts of running applications, tied to the file whose opening
+    /// starts each (mine them, list, show, remove).
+    #[command(subcommand)]
+    Bursts(BurstsCommand),
     /// Benchmark the suite's real applications: cold, warm, warmstart and the peers (root).
     Bench(BenchArgs),
     /// Run the automatic-mode daemon: learn and prefetch every launched application (root).
@@ -215,6 +220,55 @@ pub struct PrefetchArgs {
     /// prefetch, so by default nothing holds it back.
     #[arg(long, default_value_t = 0)]
     pub window_kb: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BurstsCommand {
+    /// Watch the whole system's disk reads and file openings for SECONDS and keep the I/O
+    /// bursts found, each under the file whose opening started it (root).
+    Mine {
+        #[arg(long, default_value = "30", value_parser = parse_secs)]
+        seconds: Duration,
+        /// Log entries kept (the paper's queue_size).
+        #[arg(long, default_value_t = 6000, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+        queue_size: u32,
+        /// Log entries per second a burst must reach (default: from the measured device).
+        #[arg(long)]
+        iops_threshold: Option<f64>,
+        /// Log entries a partial burst must hold at least.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        length_threshold: u32,
+        /// Never take a path containing this as a trigger (repeatable).
+        #[arg(long)]
+        exclude: Vec<String>,
+        /// Bursts of fewer bytes than this are not kept.
+        #[arg(long, default_value_t = 256)]
+        min_kb: u64,
+        /// Print the bursts kept as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The stored bursts: trigger, size, hits, last validation.
+    List {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One burst: its trigger, alternatives and plan.
+    Show {
+        /// Burst id, or its trigger's path.
+        burst: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a burst (by id or trigger path), or all of them with --all.
+    Rm {
+        #[arg(required_unless_present = "all")]
+        burst: Option<String>,
+        #[arg(long, conflicts_with = "burst")]
+        all: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -664,6 +718,7 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
         Command::Prefetch(a) => prefetch::prefetch_cmd(&cli.db, a),
         Command::Explain(a) => explain::cmd(&cli.db, a),
         Command::Emulate(a) => emulate::cmd(&cli.db, a),
+        Command::Bursts(c) => bursts::cmd(&cli.db, c),
         Command::Daemon(a) => auto::daemon(&cli.db, a),
         Command::Status { json, run_dir } => auto::status(&cli.db, json, &run_dir),
         Command::App(c) => auto::app(&cli.db, c),

@@ -40,6 +40,24 @@ buffer_kb = 8192
 learn_window_hours = 24.0
 # Apps not launched for this many days are forgotten (plans, runs, history); 0 keeps them.
 prune_after_days = 90
+# ClusterFetch: mine the read bursts of running applications system-wide and prefetch each
+# when the file whose opening started it (its trigger) is opened again.
+bursts = true
+# Bursts reading less than this are not kept.
+burst_min_kb = 256
+# Seconds after a burst prefetch its use is checked; under burst_used_share of its pages
+# read by then, it is deactivated (ClusterFetch 2.4: 10 s, 90%).
+burst_check_secs = 10.0
+burst_used_share = 0.9
+# The miner's log (entries), and what a burst must reach: log entries per second (0: 2% of
+# the measured device's depth-1 IOPS, at least 100) and entries (ClusterFetch: 6000, 100, 100).
+burst_queue_size = 6000
+burst_iops_threshold = 0.0
+burst_length_threshold = 100
+# Paths under these directories (an entry starting with '/'), or containing these words
+# (any other entry), never trigger a burst (beyond pseudo files, icons, fonts, desktop entries
+# and shared libraries): transient files are opened once.
+burst_exclude = ["/tmp/", "/var/tmp/", "/run/", "/var/log/", "/var/lib/warmstart/"]
 # If not empty, only these executables are managed (full paths or names).
 include = []
 # Never managed: commands whose reads depend on their arguments, and short-lived tools.
@@ -87,6 +105,14 @@ pub struct Config {
     pub buffer_kb: u32,
     pub learn_window_hours: f64,
     pub prune_after_days: u32,
+    pub bursts: bool,
+    pub burst_min_kb: u64,
+    pub burst_check_secs: f64,
+    pub burst_used_share: f64,
+    pub burst_queue_size: usize,
+    pub burst_iops_threshold: f64,
+    pub burst_length_threshold: usize,
+    pub burst_exclude: Vec<String>,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
 }
@@ -107,6 +133,22 @@ impl Default for Config {
             buffer_kb: 8192,
             learn_window_hours: 24.0,
             prune_after_days: 90,
+            bursts: true,
+            burst_min_kb: 256,
+            burst_check_secs: 10.0,
+            burst_used_share: 0.9,
+            burst_queue_size: 6000,
+            burst_iops_threshold: 0.0,
+            burst_length_threshold: 100,
+            burst_exclude: [
+                "/tmp/",
+                "/var/tmp/",
+                "/run/",
+                "/var/log/",
+                "/var/lib/warmstart/",
+            ]
+            .map(String::from)
+            .to_vec(),
             include: vec![],
             exclude: DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect(),
         }
@@ -264,12 +306,48 @@ impl Config {
         if !(c.learn_window_hours > 0.0 && c.learn_window_hours <= 24.0 * 366.0) {
             return Err(bad("learn_window_hours", "must be in (0, 8784]"));
         }
+        if !(c.burst_check_secs > 0.0 && c.burst_check_secs <= 3600.0) {
+            return Err(bad("burst_check_secs", "must be in (0, 3600]"));
+        }
+        if !(0.0..=1.0).contains(&c.burst_used_share) {
+            return Err(bad("burst_used_share", "must be between 0 and 1"));
+        }
+        if !(2..=1_000_000).contains(&c.burst_queue_size) {
+            return Err(bad("burst_queue_size", "must be 2..=1000000"));
+        }
+        if !(c.burst_iops_threshold >= 0.0 && c.burst_iops_threshold.is_finite()) {
+            return Err(bad(
+                "burst_iops_threshold",
+                "must be 0 (from the device) or positive",
+            ));
+        }
+        if c.burst_length_threshold == 0 {
+            return Err(bad("burst_length_threshold", "must be at least 1"));
+        }
         Ok(c)
     }
 
     /// How long a first launch is remembered, waiting for a second one to learn from.
     pub fn learn_window(&self) -> Duration {
         Duration::from_secs_f64(self.learn_window_hours * 3600.0)
+    }
+
+    /// The burst service's settings, for a device of `iops_qd1` depth-1 IOPS.
+    pub fn burst_settings(&self, iops_qd1: f64) -> crate::cluster::service::Settings {
+        let mut miner = crate::cluster::miner::MinerConfig::for_device(iops_qd1);
+        miner.queue_size = self.burst_queue_size;
+        miner.length_threshold = self.burst_length_threshold;
+        miner.exclude = self.burst_exclude.clone();
+        if self.burst_iops_threshold > 0.0 {
+            miner.iops_threshold = self.burst_iops_threshold;
+        }
+        crate::cluster::service::Settings {
+            miner,
+            min_kb: self.burst_min_kb,
+            check_after: Duration::from_secs_f64(self.burst_check_secs),
+            used_share: self.burst_used_share,
+            jobs: self.jobs,
+        }
     }
 
     pub fn idle(&self) -> Duration {

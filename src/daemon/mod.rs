@@ -1035,6 +1035,20 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     if let Ok(c) = sh.cfg.read() {
         prepare_next(&sh, &trace_config(&c, &sh.run_dir));
     }
+    // ClusterFetch beside the launch prefetching; its own thread, stopped with the daemon.
+    let burst_stop = Arc::new(AtomicBool::new(false));
+    let bursts = match sh
+        .cfg
+        .read()
+        .map(|c| (c.bursts, c.burst_settings(facts.iops_qd1)))
+    {
+        Ok((true, settings)) => {
+            crate::cluster::service::spawn(opts.db.clone(), settings, burst_stop.clone())
+                .map_err(|e| tracing::error!("bursts off: cannot start their thread: {e}"))
+                .ok()
+        }
+        _ => None,
+    };
     let pc = ProcConnector::open()
         .map_err(|e| DaemonError::Io(format!("process-events connector: {e} (needs root)")))?;
     let fan = exec_monitor();
@@ -1097,6 +1111,11 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
             {
                 tracing::info!("stopping");
                 sh.stop.store(true, Ordering::SeqCst);
+                burst_stop.store(true, Ordering::SeqCst);
+                if let Some(b) = bursts {
+                    // Its tracefs instances go with it.
+                    let _ = b.join();
+                }
                 // Let every worker see the flag and remove its instances: a trace being
                 // followed, or a setup still being made for the next launch.
                 let t0 = Instant::now();

@@ -90,9 +90,13 @@ pub fn block_mounts(mountinfo: &str) -> Vec<PathBuf> {
 pub struct OpenMonitor {
     fan: Option<Fanotify>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Result<Outcome, TraceError>>>,
+    thread: Option<JoinHandle<Result<(), TraceError>>>,
+    out: Arc<std::sync::Mutex<Outcome>>,
+    /// Keep every opening, not one per distinct (dev, ino, path) (the I/O miner).
+    every: bool,
 }
 
+#[derive(Default)]
 struct Outcome {
     records: Vec<OpenRecord>,
     overflowed: bool,
@@ -123,7 +127,23 @@ impl OpenMonitor {
             fan: Some(fan),
             stop: Arc::new(AtomicBool::new(false)),
             thread: None,
+            out: Arc::default(),
+            every: false,
         })
+    }
+
+    /// A monitor that reports every opening, taken as they come with `take` (the I/O miner).
+    pub fn prepare_every() -> Result<OpenMonitor, TraceError> {
+        let mut m = OpenMonitor::prepare()?;
+        m.every = true;
+        Ok(m)
+    }
+
+    /// The openings reported since the last call, and whether the queue overflowed.
+    pub fn take(&self) -> (Vec<OpenRecord>, bool) {
+        let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        let overflowed = std::mem::take(&mut o.overflowed);
+        (std::mem::take(&mut o.records), overflowed)
     }
 
     /// Mark every block-backed filesystem and start reading events.
@@ -152,9 +172,10 @@ impl OpenMonitor {
             ));
         }
         let stop2 = self.stop.clone();
+        let (out, every) = (self.out.clone(), self.every);
         let thread = std::thread::Builder::new()
             .name("warmstart-opens".into())
-            .spawn(move || run(fan, stop2))
+            .spawn(move || run(fan, stop2, out, every))
             .map_err(|e| TraceError::Fanotify(format!("spawn monitor thread: {e}")))?;
         self.thread = Some(thread);
         Ok(())
@@ -166,10 +187,9 @@ impl OpenMonitor {
         let Some(t) = self.thread.take() else {
             return Ok((Vec::new(), false)); // never begun
         };
-        let out = t
-            .join()
+        t.join()
             .map_err(|_| TraceError::Fanotify("monitor thread panicked".into()))??;
-        Ok((out.records, out.overflowed))
+        Ok(self.take())
     }
 }
 
@@ -182,12 +202,13 @@ impl Drop for OpenMonitor {
     }
 }
 
-fn run(fan: Fanotify, stop: Arc<AtomicBool>) -> Result<Outcome, TraceError> {
+fn run(
+    fan: Fanotify,
+    stop: Arc<AtomicBool>,
+    shared: Arc<std::sync::Mutex<Outcome>>,
+    every: bool,
+) -> Result<(), TraceError> {
     let mut seen = HashSet::new();
-    let mut out = Outcome {
-        records: Vec::new(),
-        overflowed: false,
-    };
     loop {
         let stopping = stop.load(Ordering::SeqCst);
         {
@@ -208,6 +229,7 @@ fn run(fan: Fanotify, stop: Arc<AtomicBool>) -> Result<Outcome, TraceError> {
             Err(e) => return Err(TraceError::Fanotify(format!("read: {e}"))),
         };
         let t = monotonic_ns();
+        let mut out = shared.lock().unwrap_or_else(|p| p.into_inner());
         for ev in events {
             if ev.mask().contains(MaskFlags::FAN_Q_OVERFLOW) {
                 out.overflowed = true;
@@ -231,7 +253,7 @@ fn run(fan: Fanotify, stop: Arc<AtomicBool>) -> Result<Outcome, TraceError> {
             }
             let dev = Dev::from_user(st.st_dev);
             let ino = st.st_ino;
-            if seen.insert((dev, ino, path.clone())) {
+            if every || seen.insert((dev, ino, path.clone())) {
                 out.records.push(OpenRecord {
                     t,
                     pid: ev.pid(),
@@ -244,7 +266,7 @@ fn run(fan: Fanotify, stop: Arc<AtomicBool>) -> Result<Outcome, TraceError> {
             // The event's fd is closed when `ev` drops.
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

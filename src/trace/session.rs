@@ -762,3 +762,118 @@ pub fn kill_tree(root: i32) {
         }
     }
 }
+
+/// The whole system's page-cache inserts (each a read from disk, of file data or of a block
+/// device's metadata) and file openings, streamed: ClusterFetch's I/O miner reads these.
+/// Fields drop in this order: the reader's descriptors before the instance.
+pub struct SystemTrace {
+    reader: Reader,
+    inst: Instance,
+    monitor: OpenMonitor,
+    lost: u64,
+}
+
+const SYSTEM_EVENTS: &[(&str, &str)] = &[("filemap", "mm_filemap_add_to_page_cache")];
+
+impl SystemTrace {
+    /// Start tracing every page-cache insert of the machine into a `buffer_kb` per-CPU ring,
+    /// and every opening on block-backed filesystems.
+    pub fn start(tfs: &Tracefs, buffer_kb: u32) -> Result<SystemTrace, TraceError> {
+        let fmts = formats(tfs, SYSTEM_EVENTS)?;
+        let header = tfs.page_header()?;
+        let tag = format!("{}-miner", monotonic_ns() % 1_000_000_000);
+        let inst = tfs.create_instance(&tag)?;
+        configure(&inst, &fmts, buffer_kb, SYSTEM_EVENTS)?;
+        let reader = Reader::new(&inst, &fmts, header)?;
+        let mut monitor = OpenMonitor::prepare_every()?;
+        monitor.begin()?;
+        inst.set_on(true)?;
+        Ok(SystemTrace {
+            reader,
+            inst,
+            monitor,
+            lost: 0,
+        })
+    }
+
+    /// The inserts and openings since the last call, each in time order (CLOCK_MONOTONIC).
+    pub fn poll(&mut self) -> Result<(Vec<Event>, Vec<OpenRecord>), TraceError> {
+        self.reader.drain()?;
+        let mut events = std::mem::take(&mut self.reader.events);
+        events.sort_by_key(|e| e.ts);
+        let (opens, overflowed) = self.monitor.take();
+        if overflowed {
+            self.lost += 1;
+        }
+        Ok((events, opens))
+    }
+
+    /// Events lost so far (ring buffer full, fanotify queue overflowed).
+    pub fn lost(&self) -> u64 {
+        let mut n = self.reader.missed + self.lost;
+        for cpu in self.inst.cpus() {
+            n += self.inst.cpu_stats(cpu).map_or(0, |s| s.lost());
+        }
+        n
+    }
+}
+
+/// Accesses (faults, fault-around, read lookups) to a few files by any process, for as long
+/// as it lives: how much of a prefetched burst was used.
+pub struct AccessWatch {
+    reader: Reader,
+    _inst: Instance,
+}
+
+const ACCESS_EVENTS: &[(&str, &str)] = &[
+    ("filemap", "mm_filemap_fault"),
+    ("filemap", "mm_filemap_map_pages"),
+    ("filemap", "mm_filemap_get_pages"),
+];
+
+impl AccessWatch {
+    /// Make the instance now, tracing nothing yet: arming it later costs a few writes, so
+    /// that a watch can start at the moment it is needed.
+    pub fn prepare(tfs: &Tracefs) -> Result<AccessWatch, TraceError> {
+        let fmts = formats(tfs, ACCESS_EVENTS)?;
+        let header = tfs.page_header()?;
+        let tag = format!("{}-check", monotonic_ns() % 1_000_000_000);
+        let inst = tfs.create_instance(&tag)?;
+        configure(&inst, &fmts, 1024, ACCESS_EVENTS)?;
+        let reader = Reader::new(&inst, &fmts, header)?;
+        Ok(AccessWatch {
+            reader,
+            _inst: inst,
+        })
+    }
+
+    /// Start watching the files with these inode numbers (a kernel-side filter, so the rest
+    /// of the system's accesses cost nothing here).
+    pub fn arm(&self, inos: &[u64]) -> Result<(), TraceError> {
+        let filter = inos
+            .iter()
+            .map(|i| format!("i_ino == {i}"))
+            .collect::<Vec<_>>()
+            .join(" || ");
+        if !filter.is_empty() {
+            for (sys, ev) in ACCESS_EVENTS {
+                self._inst
+                    .write(&format!("events/{sys}/{ev}/filter"), &filter)?;
+            }
+        }
+        self._inst.set_on(true)
+    }
+
+    /// `prepare` and `arm` at once.
+    pub fn start(tfs: &Tracefs, inos: &[u64]) -> Result<AccessWatch, TraceError> {
+        let w = AccessWatch::prepare(tfs)?;
+        w.arm(inos)?;
+        Ok(w)
+    }
+
+    /// Everything seen so far.
+    pub fn events(&mut self) -> Result<Vec<Event>, TraceError> {
+        self.reader.drain()?;
+        Ok(std::mem::take(&mut self.reader.events))
+    }
+}

@@ -1,0 +1,545 @@
+//! ClusterFetch in the daemon: the live miner keeps burst plans in the store, each under its
+//! trigger file; a fanotify inode mark on every active trigger starts the burst's prefetch
+//! (the launch path's engine) when the file is opened, without ever blocking the open; some
+//! seconds later a kernel-filtered trace of accesses to the burst's files tells how much of
+//! it was used, and a burst used less than `used_share` is deactivated (section 2.4).
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
+
+use super::live::{burst_plan, LiveMiner};
+use super::miner::MinerConfig;
+use super::BLACKLIST_AFTER;
+use crate::plan::{Entry, Plan};
+use crate::store::{NewBurst, Store};
+use crate::sys::Dev;
+use crate::trace::session::AccessWatch;
+use crate::trace::tracefs::Tracefs;
+use crate::trace::EventKind;
+
+/// How bursts are learned and used.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub miner: MinerConfig,
+    /// Bursts smaller than this are not kept.
+    pub min_kb: u64,
+    /// When a prefetched burst is checked (the paper: 10 s).
+    pub check_after: Duration,
+    /// Share of a burst's pages that must have been used by then (the paper: 90%).
+    pub used_share: f64,
+    /// Prefetch workers per burst.
+    pub jobs: usize,
+}
+
+/// Burst prefetches (with their checks) running at once; a trigger opened while this many
+/// run is let be.
+const MAX_RUNNING: usize = 2;
+/// Files of a burst whose accesses the check traces (the filter names each inode).
+const CHECK_FILES: usize = 64;
+const POLL: Duration = Duration::from_millis(100);
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// A trigger: its burst, path and plan (kept in memory: the prefetch starts the moment the
+/// file is opened).
+#[derive(Clone)]
+struct Trigger {
+    id: i64,
+    path: PathBuf,
+    plan: Arc<Plan>,
+}
+
+/// Start the burst service; it runs until `stop` is set.
+pub fn spawn(
+    db: PathBuf,
+    settings: Settings,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("warmstart-bursts".into())
+        .spawn(move || {
+            if let Err(e) = serve(&db, &settings, &stop) {
+                tracing::error!("bursts off: {e}");
+            }
+        })
+}
+
+fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<(), String> {
+    let tfs = Tracefs::open().map_err(|e| e.to_string())?;
+    let mut live = LiveMiner::start(&tfs, st.miner.clone()).map_err(|e| e.to_string())?;
+    let fan = Fanotify::init(
+        InitFlags::FAN_CLASS_NOTIF | InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK,
+        EventFFlags::O_RDONLY | EventFFlags::O_CLOEXEC | EventFFlags::O_NOATIME,
+    )
+    .map_err(|e| format!("fanotify_init: {e}"))?;
+    let mut triggers: HashMap<(Dev, u64), Trigger> = HashMap::new();
+    let mark = |fan: &Fanotify, p: &PathBuf, add: bool| {
+        let flags = if add {
+            MarkFlags::FAN_MARK_ADD
+        } else {
+            MarkFlags::FAN_MARK_REMOVE
+        } | MarkFlags::FAN_MARK_DONT_FOLLOW;
+        fan.mark(flags, MaskFlags::FAN_OPEN, nix::fcntl::AT_FDCWD, Some(p))
+    };
+    {
+        let store = Store::open(db).map_err(|e| e.to_string())?;
+        for b in store.bursts().map_err(|e| e.to_string())? {
+            let Ok(dev) = b.dev.parse::<Dev>() else {
+                continue;
+            };
+            let Ok(plan) = store.burst_plan(&b) else {
+                continue;
+            };
+            if b.active && mark(&fan, &b.path, true).is_ok() {
+                triggers.insert(
+                    (dev, b.ino),
+                    Trigger {
+                        id: b.id,
+                        path: b.path,
+                        plan: Arc::new(plan),
+                    },
+                );
+            }
+        }
+    }
+    tracing::info!(
+        "bursts: mining (at least {} log entries at {:.0}/s), {} triggers marked",
+        st.miner.length_threshold,
+        st.miner.iops_threshold,
+        triggers.len()
+    );
+    let running = Arc::new(AtomicUsize::new(0));
+    // A check's trace instance, made ahead of the next trigger.
+    let mut next_watch: Option<AccessWatch> = None;
+    // What the checks decided: a trimmed plan, or None (deactivated).
+    let (failed_tx, failed_rx) = mpsc::channel::<((Dev, u64), Option<Plan>)>();
+    let mut last_fired: HashMap<i64, Instant> = HashMap::new();
+    let me = std::process::id() as i32;
+    while !stop.load(Ordering::Relaxed) {
+        // Trigger openings first: they are what a user waits on.
+        let mut fds = [PollFd::new(fan.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut fds, PollTimeout::from(POLL.as_millis() as u16)).unwrap_or(0) > 0;
+        if ready {
+            for ev in fan.read_events().unwrap_or_default() {
+                let Some(fd) = ev.fd() else { continue };
+                if ev.pid() == me {
+                    continue;
+                }
+                let Ok(s) = nix::sys::stat::fstat(fd) else {
+                    continue;
+                };
+                let key = (Dev::from_user(s.st_dev), s.st_ino);
+                let _ = fd.as_raw_fd();
+                let Some(t) = triggers.get(&key).cloned() else {
+                    continue;
+                };
+                if running.load(Ordering::Relaxed) >= MAX_RUNNING {
+                    continue;
+                }
+                // Opened again while its last prefetch is still being checked: prefetched
+                // again (a new loading), checked once.
+                if last_fired
+                    .get(&t.id)
+                    .is_some_and(|at| at.elapsed() < st.check_after)
+                {
+                    let (plan, jobs, stop2) = (t.plan.clone(), st.jobs, stop.clone());
+                    let running2 = running.clone();
+                    running.fetch_add(1, Ordering::Relaxed);
+                    let spawned = std::thread::Builder::new()
+                        .name("warmstart-burst".into())
+                        .spawn(move || {
+                            let opts = crate::prefetch::PrefetchOptions {
+                                jobs,
+                                ..Default::default()
+                            };
+                            crate::prefetch::prefetch(&plan, &opts, &stop2);
+                            running2.fetch_sub(1, Ordering::Relaxed);
+                        });
+                    if spawned.is_err() {
+                        running.fetch_sub(1, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+                // The watch of the check is made here, before anything else, so that it sees
+                // the application's reads that follow its open.
+                let watch = match next_watch
+                    .take()
+                    .map_or_else(|| AccessWatch::prepare(&tfs), Ok)
+                {
+                    Ok(w) => w,
+                    Err(e) => {
+                        tracing::warn!("bursts: cannot watch a burst's use: {e}");
+                        continue;
+                    }
+                };
+                if let Err(e) = watch.arm(&check_inos(&t.plan)) {
+                    tracing::warn!("bursts: cannot watch a burst's use: {e}");
+                    continue;
+                }
+                last_fired.insert(t.id, Instant::now());
+                running.fetch_add(1, Ordering::Relaxed);
+                let (db, st2, stop2, running2, failed) = (
+                    db.to_path_buf(),
+                    st.clone(),
+                    stop.clone(),
+                    running.clone(),
+                    failed_tx.clone(),
+                );
+                let spawned = std::thread::Builder::new()
+                    .name("warmstart-burst".into())
+                    .spawn(move || {
+                        match fire(&db, &t, watch, &st2, &stop2) {
+                            Ok(Checked::Kept) => {}
+                            Ok(Checked::Trimmed(p)) => {
+                                let _ = failed.send((key, Some(*p)));
+                            }
+                            Ok(Checked::Dropped) => {
+                                let _ = failed.send((key, None));
+                            }
+                            Err(e) => {
+                                tracing::warn!("burst #{} of {}: {e}", t.id, t.path.display())
+                            }
+                        }
+                        running2.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if spawned.is_err() {
+                    running.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        while let Ok((key, plan)) = failed_rx.try_recv() {
+            match plan {
+                Some(p) => {
+                    if let Some(t) = triggers.get_mut(&key) {
+                        t.plan = Arc::new(p);
+                    }
+                }
+                None => {
+                    if let Some(t) = triggers.remove(&key) {
+                        let _ = mark(&fan, &t.path, false);
+                    }
+                }
+            }
+        }
+        if next_watch.is_none() {
+            next_watch = AccessWatch::prepare(&tfs).ok();
+        }
+        // Then the miner.
+        let bursts = match live.step(false) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("bursts: the system trace failed ({e}); mining stops");
+                return Err(e.to_string());
+            }
+        };
+        if bursts.is_empty() {
+            continue;
+        }
+        let mut store = Store::open(db).map_err(|e| e.to_string())?;
+        for b in bursts {
+            // What a trigger's own prefetch left for the application to read is no burst
+            // to learn (it would replace the whole one with the remainder).
+            let recent = triggers
+                .get(&(b.trigger.dev, b.trigger.ino))
+                .and_then(|t| last_fired.get(&t.id))
+                .is_some_and(|at| at.elapsed() < 2 * st.check_after);
+            if recent {
+                continue;
+            }
+            let plan = burst_plan(&b, &|d, i| live.path_of(d, i).cloned());
+            if plan.entries.is_empty() || plan.summary().bytes < st.min_kb.saturating_mul(1024) {
+                continue;
+            }
+            let saved = store.put_burst(
+                &NewBurst {
+                    dev: b.trigger.dev,
+                    ino: b.trigger.ino,
+                    path: b.trigger.path.clone(),
+                    created_at: now_unix(),
+                    alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
+                    plan: plan.clone(),
+                },
+                BLACKLIST_AFTER,
+            );
+            match saved {
+                Ok(Some(id)) => {
+                    tracing::info!(
+                        "bursts: learned #{id}, {} reads after {}",
+                        b.reads.len(),
+                        b.trigger.path.display()
+                    );
+                    if mark(&fan, &b.trigger.path, true).is_ok() {
+                        triggers.insert(
+                            (b.trigger.dev, b.trigger.ino),
+                            Trigger {
+                                id,
+                                path: b.trigger.path.clone(),
+                                plan: Arc::new(plan),
+                            },
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!("bursts: cannot store a burst: {e}"),
+            }
+        }
+    }
+    // The prefetches and checks see `stop` within a poll; their trace instances must be
+    // gone before the daemon removes what is left of its own.
+    let t0 = Instant::now();
+    while running.load(Ordering::Relaxed) > 0 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The pages of a plan's data entries, by (device, inode).
+fn planned(plan: &Plan) -> HashSet<(Dev, u64, u64)> {
+    let mut s = HashSet::new();
+    for e in &plan.entries {
+        if let Entry::Data { file, offset, len } = *e {
+            if let Some(f) = plan.files.get(file as usize) {
+                for p in offset / 4096..(offset + len).div_ceil(4096) {
+                    s.insert((f.dev, f.ino, p));
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The files of a plan whose accesses a check traces: the largest `CHECK_FILES`.
+fn check_inos(plan: &Plan) -> Vec<u64> {
+    let mut files: Vec<(u64, u64)> = plan.files.iter().map(|f| (f.ino, f.size)).collect();
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    files.iter().take(CHECK_FILES).map(|f| f.0).collect()
+}
+
+/// What a burst's check decided.
+enum Checked {
+    /// Used as planned.
+    Kept,
+    /// Mostly used: the plan now holds only what was (the kernel's readahead beyond what a
+    /// program reads makes every mined burst hold some pages nobody uses).
+    Trimmed(Box<Plan>),
+    /// Mostly unused: deactivated.
+    Dropped,
+}
+
+/// Below `used_share` but at least this share used, a burst is trimmed, not dropped.
+const TRIM_SHARE: f64 = 0.5;
+
+/// `plan` keeping, of the files in `checked`, only the pages in `used`.
+fn trimmed(plan: &Plan, checked: &HashSet<u64>, used: &HashSet<(Dev, u64, u64)>) -> Plan {
+    let mut out = plan.clone();
+    out.entries.clear();
+    for e in &plan.entries {
+        let Entry::Data { file, offset, len } = *e else {
+            out.entries.push(*e);
+            continue;
+        };
+        let Some(f) = plan.files.get(file as usize) else {
+            continue;
+        };
+        if !checked.contains(&f.ino) {
+            out.entries.push(*e);
+            continue;
+        }
+        let mut run: Option<(u64, u64)> = None;
+        for p in offset / 4096..(offset + len).div_ceil(4096) {
+            if used.contains(&(f.dev, f.ino, p)) {
+                run = Some(run.map_or((p, p + 1), |(a, _)| (a, p + 1)));
+            } else if let Some((a, b)) = run.take() {
+                out.entries.push(Entry::Data {
+                    file,
+                    offset: a * 4096,
+                    len: (b - a) * 4096,
+                });
+            }
+        }
+        if let Some((a, b)) = run {
+            out.entries.push(Entry::Data {
+                file,
+                offset: a * 4096,
+                len: (b - a) * 4096,
+            });
+        }
+    }
+    out.notes
+        .push("trimmed to the pages used after its first prefetch".into());
+    out
+}
+
+/// Prefetch burst `t` now, then check with `watch` (armed) how much of it was used.
+fn fire(
+    db: &std::path::Path,
+    t: &Trigger,
+    mut watch: AccessWatch,
+    st: &Settings,
+    stop: &AtomicBool,
+) -> Result<Checked, String> {
+    let (id, plan) = (t.id, &*t.plan);
+    let inos = check_inos(plan);
+    let opts = crate::prefetch::PrefetchOptions {
+        jobs: st.jobs,
+        ..Default::default()
+    };
+    let report = crate::prefetch::prefetch(plan, &opts, stop);
+    let mut store = Store::open(db).map_err(|e| e.to_string())?;
+    store.burst_hit(id, now_unix()).map_err(|e| e.to_string())?;
+    tracing::info!(
+        "bursts: {} opened, prefetched burst #{id} ({} bytes)",
+        t.path.display(),
+        report.data_bytes
+    );
+    let t0 = Instant::now();
+    let mut used: HashSet<(Dev, u64, u64)> = HashSet::new();
+    while t0.elapsed() < st.check_after {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(Checked::Kept);
+        }
+        std::thread::sleep(POLL);
+        for e in watch.events().map_err(|e| e.to_string())? {
+            match e.kind {
+                EventKind::Fault { dev, ino, index } => {
+                    used.insert((dev, ino, index));
+                }
+                EventKind::MapPages {
+                    dev,
+                    ino,
+                    index,
+                    last,
+                }
+                | EventKind::GetPages {
+                    dev,
+                    ino,
+                    index,
+                    last,
+                } => {
+                    for p in index..=last.min(index + (1 << 20)) {
+                        used.insert((dev, ino, p));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let checked: HashSet<u64> = inos.into_iter().collect();
+    let want: HashSet<_> = planned(plan)
+        .into_iter()
+        .filter(|k| checked.contains(&k.1))
+        .collect();
+    let hit = want.iter().filter(|k| used.contains(k)).count();
+    let share = if want.is_empty() {
+        1.0
+    } else {
+        hit as f64 / want.len() as f64
+    };
+    let verdict = if share >= st.used_share {
+        Checked::Kept
+    } else if share >= TRIM_SHARE && hit > 0 {
+        Checked::Trimmed(Box::new(trimmed(plan, &checked, &used)))
+    } else {
+        Checked::Dropped
+    };
+    let what = format!(
+        "{:.0}% used{}",
+        share * 100.0,
+        match verdict {
+            Checked::Kept => "",
+            Checked::Trimmed(_) => ": trimmed to it",
+            Checked::Dropped => ": deactivated",
+        }
+    );
+    tracing::info!("bursts: #{id} after {}: {what}", t.path.display());
+    if let Checked::Trimmed(p) = &verdict {
+        store.replace_burst_plan(id, p).map_err(|e| e.to_string())?;
+    }
+    store
+        .burst_checked(id, !matches!(verdict, Checked::Dropped), &what)
+        .map_err(|e| e.to_string())?;
+    Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Provenance;
+    use crate::resolve::{FileId, FileKind};
+
+    #[test]
+    fn a_mostly_used_burst_is_trimmed_to_the_pages_used() {
+        let dev = Dev { major: 8, minor: 1 };
+        let f = |ino| FileId {
+            path: format!("/d/{ino}").into(),
+            dev,
+            ino,
+            size: 1 << 20,
+            mtime_ns: 0,
+            kind: FileKind::Regular,
+            volatile: false,
+        };
+        let plan = Plan {
+            app: "t".into(),
+            created_unix: 0,
+            strategy: "burst".into(),
+            page_size: 4096,
+            files: vec![f(1), f(2)],
+            devices: vec![],
+            entries: vec![
+                Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 8 * 4096,
+                },
+                Entry::Data {
+                    file: 1,
+                    offset: 0,
+                    len: 4096,
+                },
+            ],
+            provenance: Provenance::default(),
+            hold_entries: 0,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec![],
+        };
+        // File 1 checked, pages 0-2 and 5 used; file 2 not checked: kept whole.
+        let checked: HashSet<u64> = [1].into();
+        let used: HashSet<(Dev, u64, u64)> = [0, 1, 2, 5].iter().map(|&p| (dev, 1, p)).collect();
+        let t = trimmed(&plan, &checked, &used);
+        assert_eq!(
+            t.entries,
+            vec![
+                Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 3 * 4096
+                },
+                Entry::Data {
+                    file: 0,
+                    offset: 5 * 4096,
+                    len: 4096
+                },
+                Entry::Data {
+                    file: 1,
+                    offset: 0,
+                    len: 4096
+                },
+            ]
+        );
+        assert_eq!(check_inos(&plan).len(), 2);
+    }
+}
