@@ -2080,7 +2080,9 @@ fn daemon_mines_a_loading_burst_and_prefetches_it_when_its_trigger_opens() {
     let config = sb.path().join("config.toml");
     std::fs::write(
         &config,
-        "include = [\"/nonexistent\"]\nburst_check_secs = 2.0\nburst_min_kb = 64\n",
+        // No excluded directory: the checkout (and so this sandbox) may be under /tmp.
+        "include = [\"/nonexistent\"]\nburst_check_secs = 2.0\nburst_min_kb = 64\n\
+         burst_exclude = []\n",
     )
     .unwrap();
     let before = warmstart_instances();
@@ -2108,20 +2110,29 @@ fn daemon_mines_a_loading_burst_and_prefetches_it_when_its_trigger_opens() {
             .find(|b| b["path"] == canon.to_str().unwrap())
             .cloned()
     };
-    // Cold, after a pause: the burst is learned.
-    std::thread::sleep(Duration::from_millis(500));
-    drop_caches();
-    std::thread::sleep(Duration::from_millis(500));
-    let first = load();
-    let t0 = Instant::now();
-    while burst(&sb).is_none() {
+    // Cold, after a pause: the burst is learned. Other programs' reads at the same moment
+    // can make the miner take another trigger for it: the load is repeated, as a user's
+    // next loading would be, a few times.
+    let mut first = serde_json::Value::Null;
+    for attempt in 0.. {
+        std::thread::sleep(Duration::from_millis(500));
+        drop_caches();
+        std::thread::sleep(Duration::from_millis(500));
+        first = load();
+        let t0 = Instant::now();
+        while burst(&sb).is_none() && t0.elapsed() < Duration::from_secs(8) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        if burst(&sb).is_some() {
+            eprintln!("burst learned at attempt {}", attempt + 1);
+            break;
+        }
         assert!(
-            t0.elapsed() < Duration::from_secs(30),
+            attempt < 5,
             "no burst learned after {}: {}",
             canon.display(),
             std::fs::read_to_string(&d.log).unwrap_or_default()
         );
-        std::thread::sleep(Duration::from_millis(200));
     }
     // Cold again: the trigger's opening prefetches it, and the check finds it used.
     drop_caches();
