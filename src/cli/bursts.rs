@@ -94,7 +94,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
                             dev: b.trigger.dev,
                             ino: b.trigger.ino,
                             path: b.trigger.path.clone(),
-                            created_at: chrono_now(),
+                            created_at: crate::cluster::service::now_unix(),
                             alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
                             plan: plan.clone(),
                         },
@@ -245,10 +245,4 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
             Ok(code::OK)
         }
     }
-}
-
-fn chrono_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }

@@ -5,7 +5,7 @@
 //! it was used, and a burst used less than `used_share` is deactivated (section 2.4).
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -46,7 +46,7 @@ const MAX_RUNNING: usize = 2;
 const CHECK_FILES: usize = 64;
 const POLL: Duration = Duration::from_millis(100);
 
-fn now_unix() -> i64 {
+pub fn now_unix() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
@@ -141,7 +141,6 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                     continue;
                 };
                 let key = (Dev::from_user(s.st_dev), s.st_ino);
-                let _ = fd.as_raw_fd();
                 let Some(t) = triggers.get(&key).cloned() else {
                     continue;
                 };

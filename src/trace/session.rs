@@ -822,7 +822,7 @@ impl SystemTrace {
 /// as it lives: how much of a prefetched burst was used.
 pub struct AccessWatch {
     reader: Reader,
-    _inst: Instance,
+    inst: Instance,
 }
 
 const ACCESS_EVENTS: &[(&str, &str)] = &[
@@ -841,10 +841,7 @@ impl AccessWatch {
         let inst = tfs.create_instance(&tag)?;
         configure(&inst, &fmts, 1024, ACCESS_EVENTS)?;
         let reader = Reader::new(&inst, &fmts, header)?;
-        Ok(AccessWatch {
-            reader,
-            _inst: inst,
-        })
+        Ok(AccessWatch { reader, inst })
     }
 
     /// Start watching the files with these inode numbers (a kernel-side filter, so the rest
@@ -857,11 +854,11 @@ impl AccessWatch {
             .join(" || ");
         if !filter.is_empty() {
             for (sys, ev) in ACCESS_EVENTS {
-                self._inst
+                self.inst
                     .write(&format!("events/{sys}/{ev}/filter"), &filter)?;
             }
         }
-        self._inst.set_on(true)
+        self.inst.set_on(true)
     }
 
     /// `prepare` and `arm` at once.
