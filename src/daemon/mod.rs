@@ -956,8 +956,22 @@ impl PidFile {
             .read(true)
             .open(&p)
             .map_err(|e| DaemonError::Io(format!("{}: {e}", p.display())))?;
-        let mut lock = Flock::lock(f, FlockArg::LockExclusiveNonblock)
-            .map_err(|_| DaemonError::AlreadyRunning(p.clone()))?;
+        // `status` probes the lock with a shared lock held for microseconds: a daemon that
+        // starts in that instant must not mistake the probe for another daemon. A running
+        // daemon holds the lock for good, so a few retries tell the two apart.
+        let mut f = f;
+        let mut tries = 0;
+        let mut lock = loop {
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => break l,
+                Err((back, _)) if tries < 20 => {
+                    f = back;
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                Err(_) => return Err(DaemonError::AlreadyRunning(p.clone())),
+            }
+        };
         use std::io::{Seek, Write};
         let _ = lock.set_len(0);
         let _ = lock.seek(std::io::SeekFrom::Start(0));
@@ -1297,5 +1311,22 @@ mod tests {
         ));
         drop(p);
         assert_eq!(PidFile::running(dir.path()), None);
+    }
+
+    /// A `status` probe (a shared lock held briefly) at the moment the daemon starts is not
+    /// another daemon: the CI failure of 91f2f09.
+    #[test]
+    fn a_status_probe_does_not_stop_a_starting_daemon() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(PID_FILE), "").unwrap();
+        let f = std::fs::File::open(dir.path().join(PID_FILE)).unwrap();
+        let probe = Flock::lock(f, FlockArg::LockSharedNonblock).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+            drop(probe);
+        });
+        let p = PidFile::take(dir.path());
+        release.join().unwrap();
+        assert!(p.is_ok(), "{:?}", p.err());
     }
 }
