@@ -174,6 +174,35 @@ fn now_unix() -> i64 {
 /// plan takes ~1 ms; a writer (the daemon, a `record`) holds the lock for milliseconds.
 pub const LAUNCH_BUSY: std::time::Duration = std::time::Duration::from_millis(25);
 
+/// Plans and launch histories list every path an app reads: the database and its WAL files
+/// are read and written by their owner only (SQLite creates them with the umask's 0644), and
+/// so is the default state directory (an install from before this was created 0755). Another
+/// directory given with `--db` is the user's and is left as it is. Best effort: a database
+/// someone else owns (read by a non-root `run`) is not ours to change.
+fn make_private(path: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let uid = nix::unistd::geteuid().as_raw();
+    let tighten = |p: &Path, mode: u32| {
+        if let Ok(m) = std::fs::symlink_metadata(p) {
+            if m.uid() == uid && !m.file_type().is_symlink() && m.mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+            }
+        }
+    };
+    let mut name = path.as_os_str().to_os_string();
+    tighten(path, 0o600);
+    for suffix in ["-wal", "-shm"] {
+        name.push(suffix);
+        tighten(Path::new(&name), 0o600);
+        name = path.as_os_str().to_os_string();
+    }
+    if path == Path::new(DEFAULT_DB) {
+        if let Some(dir) = path.parent() {
+            tighten(dir, 0o700);
+        }
+    }
+}
+
 impl Store {
     /// Open (creating if needed) the database at `path`, waiting up to 10 s for a lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -208,6 +237,7 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(sql)?;
+        make_private(path);
         conn.busy_timeout(busy).map_err(sql)?;
         // Switching to WAL needs a moment alone with the file and reports BUSY without waiting
         // when another process is opening it too; WAL is persistent, so only switch once.
@@ -1037,6 +1067,40 @@ mod tests {
 
     fn key(k: &str) -> AppKey {
         AppKey::named(k, Path::new("/usr/bin/x"))
+    }
+
+    /// The database and its WAL files are private, a new one and one an older version left
+    /// world-readable alike; a directory given with `--db` keeps its own mode.
+    #[test]
+    fn the_database_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let db = dir.path().join("ws.db");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let s = Store::open(&db).unwrap();
+        s.apps().unwrap();
+        for f in ["ws.db", "ws.db-wal", "ws.db-shm"] {
+            assert_eq!(mode(&dir.path().join(f)), 0o600, "{f}");
+        }
+        drop(s);
+        for f in ["ws.db", "ws.db-wal", "ws.db-shm"] {
+            let p = dir.path().join(f);
+            if p.exists() {
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+            }
+        }
+        let _s = Store::open(&db).unwrap();
+        assert_eq!(mode(&db), 0o600, "an old world-readable database is fixed");
+        assert_eq!(
+            mode(dir.path()),
+            0o755,
+            "not the default state directory: as it was"
+        );
+        // A directory warmstart creates is private.
+        let nested = dir.path().join("state/ws.db");
+        let _n = Store::open(&nested).unwrap();
+        assert_eq!(mode(&dir.path().join("state")), 0o700);
     }
 
     #[test]

@@ -415,6 +415,25 @@ fn record_then_run_prefetches_the_workload() {
     );
     let stats = stderr_json(&o);
     assert_eq!(stats["plan"], true);
+    // `app disable` means never prefetched, by `run` too; `app enable` undoes it.
+    for (verb, planned) in [("disable", false), ("enable", true)] {
+        let o = run(sb.ws().args(["app", verb, "synth"]));
+        assert!(o.status.success(), "{}", text(&o));
+        let o = run(sb
+            .ws()
+            .args([
+                "run",
+                "--app",
+                "synth",
+                "--strategy",
+                "trace",
+                "--stats",
+                "--json",
+            ])
+            .args(["--", "true"]));
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(stderr_json(&o)["plan"], planned, "after app {verb}");
+    }
     // The app's own CPU time is reported: the synthetic workload burns CPU between reads.
     let cpu_ms = stats["user_ms"].as_f64().unwrap() + stats["sys_ms"].as_f64().unwrap();
     assert!(cpu_ms > 0.0, "{stats}");
@@ -1438,6 +1457,40 @@ fn without_root_commands_say_so() {
     // run without a readable database still runs the command.
     let o = as_nobody(&["run", "--", "true"]);
     assert!(o.status.success(), "{}", text(&o));
+    // root's database is private: another user cannot list it, and their launches run
+    // plainly without a warning each time.
+    Store::open(&sb.db()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(sb.db()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let with_db = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", WS])
+            .args(args)
+            .env("WARMSTART_DB", sb.db())
+            .current_dir(sb.path())
+            .output()
+            .unwrap()
+    };
+    let o = with_db(&["run", "--", "true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+    let o = with_db(&["plan", "list"]);
+    assert!(!o.status.success(), "{}", text(&o));
+}
+
+/// Listing apps creates no database.
+#[test]
+fn app_list_without_a_database_creates_none() {
+    let sb = Sandbox::new();
+    let db = sb.path().join("none/ws.db");
+    let o = run(sb
+        .ws()
+        .env("WARMSTART_DB", &db)
+        .args(["app", "list", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+    assert!(!db.exists() && !db.parent().unwrap().exists());
 }
 
 #[test]

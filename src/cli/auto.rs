@@ -187,9 +187,19 @@ fn poke_daemon() {
 }
 
 pub fn app(db: &Path, c: AppCommand) -> anyhow::Result<i32> {
+    if let AppCommand::List { json: j } = c {
+        // Listing creates nothing: no database yet is no apps yet.
+        if !db.exists() {
+            if j {
+                println!("[]");
+            }
+            return Ok(code::OK);
+        }
+        return status_list(&Store::open(db)?, j);
+    }
     let mut store = Store::open(db)?;
     match c {
-        AppCommand::List { json: j } => return status_list(&store, j),
+        AppCommand::List { .. } => {}
         AppCommand::Enable { app } => {
             for a in matching(&store, &app)? {
                 store.set_app_enabled(a.id, true)?;

@@ -67,10 +67,29 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
     if !db.exists() {
         return Ok(None);
     }
+    if nix::unistd::access(
+        db,
+        nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK,
+    )
+    .is_err()
+    {
+        // The database is root's and private: another user's launch runs plainly, without
+        // a warning on every launch.
+        tracing::debug!(
+            "{}: not ours to read; launching without prefetch",
+            db.display()
+        );
+        return Ok(None);
+    }
     let store = Store::open_for_launch(db)?;
     let Some(app) = store.app_by_key(key)? else {
         return Ok(None);
     };
+    if !app.enabled {
+        // `warmstart app disable`: never learned or prefetched, by the daemon or by `run`.
+        tracing::debug!("{key}: disabled; launching without prefetch");
+        return Ok(None);
+    }
     let wanted = match asked.or(app.strategy.as_deref()) {
         Some(s) => parse_strategy(s)?,
         None => None,
