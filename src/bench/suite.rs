@@ -25,8 +25,8 @@ pub enum SuiteError {
         app: String,
         msg: String,
     },
-    #[error("no app named `{0}` in the suite (see `warmstart bench --list`)")]
-    NoSuchApp(String),
+    #[error("no app named `{name}` in the suite; its apps: {known}")]
+    NoSuchApp { name: String, known: String },
 }
 
 /// When a launch is complete.
@@ -205,7 +205,11 @@ impl Suite {
     pub fn select(&self, names: &[String]) -> Result<Vec<AppSpec>, SuiteError> {
         for n in names {
             if !self.apps.iter().any(|a| &a.name == n) {
-                return Err(SuiteError::NoSuchApp(n.clone()));
+                let known: Vec<&str> = self.apps.iter().map(|a| a.name.as_str()).collect();
+                return Err(SuiteError::NoSuchApp {
+                    name: n.clone(),
+                    known: known.join(", "),
+                });
             }
         }
         Ok(self
@@ -255,10 +259,10 @@ ready = { window = "Main Window" }
         assert_eq!(s.apps[1].timeout, Duration::from_secs(5));
         assert!(s.apps[2].ready.is_gui());
         assert_eq!(s.select(&["b".into()]).unwrap()[0].name, "b");
-        assert!(matches!(
-            s.select(&["zz".into()]),
-            Err(SuiteError::NoSuchApp(_))
-        ));
+        let e = s.select(&["zz".into()]).unwrap_err();
+        assert!(matches!(e, SuiteError::NoSuchApp { .. }));
+        // The message names the suite's apps, not an option that does not exist.
+        assert!(e.to_string().contains("its apps: a, b, c"), "{e}");
     }
 
     #[test]
