@@ -403,6 +403,10 @@ pub fn device_facts(store: &mut Store, run_dir: &Path) -> Result<DeviceFacts, Le
     if let Some(f) = store.device_facts(&dev)? {
         return Ok(f);
     }
+    tracing::info!(
+        "measuring the disk holding {} once (a few seconds; kept in the database)",
+        state_dir.display()
+    );
     let f = crate::device::measure(&state_dir).map_err(|e| LearnError::Device(e.to_string()))?;
     tracing::info!(
         "measured device {dev}: {:.0} us per 4 KiB read at depth 1, {:.1}x the IOPS at depth 32 ({}), {:.0} MiB/s sequential",

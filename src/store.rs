@@ -209,6 +209,42 @@ impl Store {
         Self::open_with(path, std::time::Duration::from_secs(10), 100)
     }
 
+    /// Open for reading only: nothing is created, converted or migrated, so a user who may
+    /// only read the database (or a read-only filesystem) can list and show. A database of an
+    /// older schema is opened for writing instead (it needs migrating first).
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        use rusqlite::OpenFlags;
+        let sql = |source| StoreError::Sql {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(sql)?;
+        let v: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(sql)?;
+        if v > SCHEMA_VERSION {
+            return Err(StoreError::Schema {
+                path: path.to_path_buf(),
+                found: v,
+                known: SCHEMA_VERSION,
+            });
+        }
+        if v < SCHEMA_VERSION {
+            drop(conn);
+            return Self::open(path);
+        }
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
     /// Open on a launch's path: a lock held elsewhere (a writer, an exclusive connection)
     /// makes this fail within ~`LAUNCH_BUSY` per statement instead of delaying the launch,
     /// which then runs without prefetching.
@@ -1101,6 +1137,21 @@ mod tests {
         let nested = dir.path().join("state/ws.db");
         let _n = Store::open(&nested).unwrap();
         assert_eq!(mode(&dir.path().join("state")), 0o700);
+    }
+
+    /// A reading open creates, converts and writes nothing.
+    #[test]
+    fn a_read_only_open_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        assert!(Store::open_read_only(&db).is_err());
+        assert!(!db.exists(), "nothing created");
+        let mut w = Store::open(&db).unwrap();
+        w.upsert_app(&key("a")).unwrap();
+        drop(w);
+        let mut r = Store::open_read_only(&db).unwrap();
+        assert_eq!(r.apps().unwrap().len(), 1);
+        assert!(r.upsert_app(&key("b")).is_err(), "read-only");
     }
 
     #[test]

@@ -1319,10 +1319,20 @@ fn install_puts_the_front_and_the_full_command_line_side_by_side() {
         unit.to_str().unwrap(),
         "--config",
         config.to_str().unwrap(),
+        "--share-dir",
+        sb.path().join("share").to_str().unwrap(),
     ]));
     assert!(o.status.success(), "{}", text(&o));
     let unit_text = std::fs::read_to_string(unit.join("warmstart.service")).unwrap();
-    assert!(unit_text.contains(&format!("{} daemon", bin.join("warmstart").display())));
+    // A configuration elsewhere than the default is named in the unit.
+    assert!(
+        unit_text.contains(&format!(
+            "{} daemon --config {}\n",
+            bin.join("warmstart").display(),
+            config.display()
+        )),
+        "{unit_text}"
+    );
     assert!(config.exists());
     // The installed front hands commands to the installed warmstart-cli.
     let o = run(Command::new(bin.join("warmstart")).arg("--version"));
@@ -1331,8 +1341,99 @@ fn install_puts_the_front_and_the_full_command_line_side_by_side() {
         "{}",
         text(&o)
     );
-    assert!(bin.join("warmstart-cli").exists());
+    assert!(bin.join("warmstart-cli").exists() && bin.join("warmstart-bench").exists());
     assert!(!bin.join(".warmstart-cli.new").exists() && !bin.join(".warmstart.new").exists());
+}
+
+/// `install --destdir` stages every file (binaries, unit, configuration, a man page per
+/// command, completions) under a directory, as a package build does, without root;
+/// `uninstall` with the same options removes them, the configuration and the state only with
+/// `--purge`.
+#[test]
+fn install_stages_under_destdir_and_uninstall_removes_it_all() {
+    let sb = Sandbox::new();
+    let dest = sb.path().join("stage");
+    let files = |d: &Path| -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![d.to_path_buf()];
+        while let Some(p) = stack.pop() {
+            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.push(e.path().strip_prefix(d).unwrap().display().to_string());
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let o = run(sb.ws().arg("install").arg("--destdir").arg(&dest));
+    assert!(o.status.success(), "{}", text(&o));
+    let staged = files(&dest);
+    for f in [
+        "usr/local/bin/warmstart",
+        "usr/local/bin/warmstart-cli",
+        "usr/local/bin/warmstart-bench",
+        "etc/systemd/system/warmstart.service",
+        "etc/warmstart/config.toml",
+        "usr/local/share/man/man1/warmstart.1",
+        "usr/local/share/man/man1/warmstart-run.1",
+        "usr/local/share/man/man1/warmstart-plan-show.1",
+        "usr/local/share/bash-completion/completions/warmstart",
+        "usr/local/share/zsh/site-functions/_warmstart",
+        "usr/local/share/fish/vendor_completions.d/warmstart.fish",
+    ] {
+        assert!(staged.iter().any(|s| s == f), "{f} not in {staged:?}");
+    }
+    let unit = std::fs::read_to_string(dest.join("etc/systemd/system/warmstart.service")).unwrap();
+    assert!(
+        unit.contains("\nExecStart=/usr/local/bin/warmstart daemon\n"),
+        "{unit}"
+    );
+    let man =
+        std::fs::read_to_string(dest.join("usr/local/share/man/man1/warmstart-run.1")).unwrap();
+    assert!(man.contains(".TH warmstart-run"), "{man}");
+    let bash =
+        std::fs::read_to_string(dest.join("usr/local/share/bash-completion/completions/warmstart"))
+            .unwrap();
+    assert!(bash.contains("record") && bash.contains("uninstall"));
+    // State the daemon would have made.
+    std::fs::create_dir_all(dest.join("var/lib/warmstart")).unwrap();
+    std::fs::write(dest.join("var/lib/warmstart/warmstart.db"), b"").unwrap();
+    let o = run(sb.ws().arg("uninstall").arg("--destdir").arg(&dest));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        files(&dest),
+        [
+            "etc/warmstart/config.toml",
+            "var/lib/warmstart/warmstart.db"
+        ],
+        "{}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("--purge"),
+        "{}",
+        text(&o)
+    );
+    let o = run(sb
+        .ws()
+        .arg("uninstall")
+        .arg("--purge")
+        .arg("--destdir")
+        .arg(&dest));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(files(&dest).is_empty(), "{:?}", files(&dest));
+    // The same man pages and completions on demand.
+    let o = run(sb.ws().args(["completions", "zsh"]));
+    assert!(
+        o.status.success() && String::from_utf8_lossy(&o.stdout).contains("#compdef warmstart")
+    );
+    let man_dir = sb.path().join("man");
+    let o = run(sb.ws().arg("man").arg("--out-dir").arg(&man_dir));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(man_dir.join("warmstart-bursts-list.1").exists());
 }
 
 #[test]
@@ -1477,6 +1578,28 @@ fn without_root_commands_say_so() {
     assert!(o.stderr.is_empty(), "{}", text(&o));
     let o = with_db(&["plan", "list"]);
     assert!(!o.status.success(), "{}", text(&o));
+    // A database another user may read (made so by hand): listing needs no write access.
+    let shared = std::env::temp_dir().join(format!("ws-readable-{}", std::process::id()));
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sdb = shared.join("ws.db");
+    Store::open(&sdb).unwrap().apps().unwrap();
+    for f in ["ws.db", "ws.db-wal", "ws.db-shm"] {
+        let p = shared.join(f);
+        if p.exists() {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+    for args in [&["plan", "list"][..], &["status"][..], &["app", "list"][..]] {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", WS])
+            .args(args)
+            .env("WARMSTART_DB", &sdb)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    let _ = std::fs::remove_dir_all(&shared);
 }
 
 /// Listing apps creates no database.
@@ -2456,6 +2579,63 @@ fn daemon_stopped_mid_launch_leaves_nothing() {
     }
 }
 
+/// Under systemd (Type=notify): READY=1 once it runs, RELOADING=1 then READY=1 around a
+/// SIGHUP, STOPPING=1 on SIGTERM; with stderr the journal's stream (`JOURNAL_STREAM`), each
+/// log line starts with its syslog priority, so `journalctl -p warning` can filter them.
+#[test]
+fn daemon_notifies_systemd_and_logs_with_priorities() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let config = daemon_config(&sb, &[Path::new(SYNTH)], 1, 16);
+    let sock_path = sb.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let log = sb.path().join("journal.log");
+    let logf = std::fs::File::create(&log).unwrap();
+    let st = nix::sys::stat::fstat(&logf).unwrap();
+    let mut child = sb
+        .ws()
+        .args(["daemon", "--config", config.to_str().unwrap(), "--run-dir"])
+        .arg(sb.path().join("run"))
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("JOURNAL_STREAM", format!("{}:{}", st.st_dev, st.st_ino))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(logf)
+        .spawn()
+        .unwrap();
+    let recv = || {
+        let mut b = [0u8; 512];
+        let n = sock.recv(&mut b).expect("no notification within 60 s");
+        String::from_utf8_lossy(&b[..n]).into_owned()
+    };
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    assert_eq!(recv(), "READY=1\n");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let m = recv();
+    assert!(m.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{m}");
+    assert_eq!(recv(), "READY=1\n");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(recv(), "STOPPING=1\n");
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(
+            ["<3>", "<4>", "<6>", "<7>"]
+                .iter()
+                .any(|p| l.starts_with(p)),
+            "{l}"
+        );
+    }
+    assert!(
+        text.contains("<6>") && text.contains("daemon running"),
+        "{text}"
+    );
+}
+
 #[test]
 fn daemon_measures_exec_detection_mechanisms() {
     let Some(_g) = privileged() else { return };
@@ -2669,4 +2849,54 @@ fn daemon_learns_a_command_from_its_second_launch_only() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.status(&sb));
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `doctor` on this machine: every learning event present, so it can learn; the block device
+/// EPERM (as on this VM) is a degradation with its meaning, not a failure.
+#[test]
+fn doctor_reports_what_this_machine_offers() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let o = run(sb.ws().args(["doctor", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["can_learn"], true, "{v}");
+    let checks = v["checks"].as_array().unwrap();
+    let status = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c["check"] == name)
+            .unwrap_or_else(|| panic!("no check {name}: {v}"))["status"]
+            .clone()
+    };
+    for (sys, ev) in warmstart::trace::event::LAUNCH_EVENTS {
+        assert_eq!(status(&format!("event {sys}:{ev}")), "ok");
+    }
+    assert_eq!(status("fanotify"), "ok");
+    for c in checks {
+        assert_eq!(c["status"] == "ok", c["meaning"] == "", "{c}");
+    }
+}
+
+/// The shipped unit is hardened: `systemd-analyze security` rates its exposure under 5 (of 10),
+/// and the unit `install` writes is the same file.
+#[test]
+fn the_shipped_unit_is_hardened() {
+    let unit = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/warmstart.service");
+    let o = match Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--no-pager"])
+        .arg(&unit)
+        .output()
+    {
+        Ok(o) => o,
+        Err(_) => return skip("systemd-analyze (systemd) is needed for this test"),
+    };
+    let out = String::from_utf8_lossy(&o.stdout);
+    let level: f64 = out
+        .lines()
+        .find_map(|l| l.split("warmstart.service: ").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in\n{}", text(&o)));
+    assert!(level < 5.0, "exposure {level}\n{out}");
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::json;
 
-use super::{code, human_bytes, require_root, AppCommand, DaemonArgs, InstallArgs};
+use super::{code, human_bytes, require_root, AppCommand, DaemonArgs};
 use crate::daemon::{config, DaemonOptions, Lifecycle, Phase, PidFile};
 use crate::store::{AppRow, Store};
 
@@ -95,7 +95,7 @@ pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> 
     let running = PidFile::running(run_dir);
     let mut apps = Vec::new();
     if db.exists() {
-        let store = Store::open(db)?;
+        let store = Store::open_read_only(db)?;
         for app in store.apps()? {
             let lc = lifecycle(&store, &app);
             let plan = store.plan(&app).ok().flatten();
@@ -195,7 +195,7 @@ pub fn app(db: &Path, c: AppCommand) -> anyhow::Result<i32> {
             }
             return Ok(code::OK);
         }
-        return status_list(&Store::open(db)?, j);
+        return status_list(&Store::open_read_only(db)?, j);
     }
     let mut store = Store::open(db)?;
     match c {
@@ -266,59 +266,6 @@ fn status_list(store: &Store, j: bool) -> anyhow::Result<i32> {
                 r["app"].as_str().unwrap_or("")
             );
         }
-    }
-    Ok(code::OK)
-}
-
-pub fn install(a: InstallArgs) -> anyhow::Result<i32> {
-    require_root("install")?;
-    let me = std::env::current_exe().context("locating this binary")?;
-    std::fs::create_dir_all(&a.bin_dir)
-        .with_context(|| format!("creating {}", a.bin_dir.display()))?;
-    // The front and the full command line it execs, side by side as they were built. The
-    // full one first: a front installed alone would fail every command.
-    for name in [super::front::FULL, "warmstart"] {
-        let from = me.with_file_name(name);
-        anyhow::ensure!(
-            from.exists(),
-            "{} is missing; build both binaries with `cargo build --release`, then install again",
-            from.display()
-        );
-        let to = a.bin_dir.join(name);
-        // Copy to a temporary name and rename: a running daemon keeps its old binary intact.
-        let tmp = a.bin_dir.join(format!(".{name}.new"));
-        std::fs::copy(&from, &tmp).with_context(|| format!("copying to {}", tmp.display()))?;
-        std::fs::rename(&tmp, &to).with_context(|| format!("installing {}", to.display()))?;
-        println!("installed {}", to.display());
-    }
-    let bin = a.bin_dir.join("warmstart");
-    std::fs::create_dir_all(&a.unit_dir)
-        .with_context(|| format!("creating {}", a.unit_dir.display()))?;
-    let unit = include_str!("../../packaging/warmstart.service")
-        .replace("/usr/local/bin/warmstart", &bin.display().to_string());
-    let unit_path = a.unit_dir.join("warmstart.service");
-    std::fs::write(&unit_path, unit).with_context(|| format!("writing {}", unit_path.display()))?;
-    println!("installed {}", unit_path.display());
-    if a.config.exists() {
-        println!("kept {}", a.config.display());
-    } else {
-        if let Some(d) = a.config.parent() {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-        }
-        std::fs::write(&a.config, config::DEFAULT_TOML)
-            .with_context(|| format!("writing {}", a.config.display()))?;
-        println!("installed {}", a.config.display());
-    }
-    if Path::new("/run/systemd/system").exists() {
-        let _ = std::process::Command::new("systemctl")
-            .arg("daemon-reload")
-            .status();
-        println!("next: systemctl enable --now warmstart");
-    } else {
-        println!(
-            "systemd is not running here; start the daemon with: {} daemon",
-            bin.display()
-        );
     }
     Ok(code::OK)
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 
-use super::plan::open_existing;
+use super::plan::{open_existing, open_reading};
 use super::{code, fail, fmt_unix, human_bytes, BurstsCommand};
 use crate::cluster::live::{burst_plan, LiveMiner};
 use crate::cluster::miner::MinerConfig;
@@ -168,7 +168,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
             })
         }
         BurstsCommand::List { json } => {
-            let store = open_existing(db)?;
+            let store = open_reading(db)?;
             let rows = store.bursts()?;
             if json {
                 println!("{}", serde_json::to_string(&rows)?);
@@ -197,7 +197,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
             Ok(code::OK)
         }
         BurstsCommand::Show { burst, json } => {
-            let store = open_existing(db)?;
+            let store = open_reading(db)?;
             let b = find(&store, &burst)?;
             let plan = store.burst_plan(&b)?;
             let sum = plan.summary();

@@ -5,9 +5,11 @@ mod auto;
 mod bench;
 mod bursts;
 mod demo;
+mod doctor;
 mod emulate;
 mod explain;
 pub mod front;
+mod install;
 mod plan;
 mod prefetch;
 mod record;
@@ -88,6 +90,7 @@ pub enum Command {
     Daemon(DaemonArgs),
     /// Daemon up or down, and per app its phase, launches, prefetches, miss ratio, savings.
     Status {
+        /// Print the result as JSON (one object) instead of text.
         #[arg(long)]
         json: bool,
         /// The daemon's runtime directory (where its pid file is).
@@ -97,8 +100,27 @@ pub enum Command {
     /// Manage the apps the daemon handles.
     #[command(subcommand)]
     App(AppCommand),
-    /// Install the binaries, the systemd unit and the default configuration (root).
+    /// Install the binaries, the systemd unit, the default configuration, man pages and shell
+    /// completions (root, or any user with --destdir).
     Install(InstallArgs),
+    /// Remove what `install` installed (same options); --purge also removes the configuration
+    /// and the database.
+    Uninstall(UninstallArgs),
+    /// Write the man pages (one per command) into a directory.
+    Man {
+        /// Directory to write warmstart.1, warmstart-record.1, ... into.
+        #[arg(long, default_value = ".")]
+        out_dir: PathBuf,
+    },
+    /// What this machine offers warmstart (kernel events, fanotify, root, block devices,
+    /// ext4, ...) and what each gap means; exit 1 if it cannot learn here.
+    Doctor {
+        /// Print the checks as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell's completion script (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Args, Debug)]
@@ -106,7 +128,8 @@ pub struct DaemonArgs {
     /// Configuration file (a missing file means the defaults).
     #[arg(long, default_value = crate::daemon::config::DEFAULT_PATH)]
     pub config: PathBuf,
-    /// Runtime directory (pid file, restore journal).
+    /// Runtime directory of this daemon (its pid file). The locks and the restore journal of
+    /// kernel settings stay machine-wide in /run/warmstart, shared with `run` and `record`.
     #[arg(long, default_value = crate::trace::knobs::RUN_DIR)]
     pub run_dir: PathBuf,
     /// Print the documented default configuration and exit.
@@ -128,6 +151,7 @@ pub struct DaemonArgs {
 pub enum AppCommand {
     /// Apps, their phase and whether they are enabled.
     List {
+        /// Print the result as JSON (one object) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -143,15 +167,47 @@ pub enum AppCommand {
 
 #[derive(Args, Debug)]
 pub struct InstallArgs {
-    /// Where the binaries (`warmstart`, `warmstart-cli`) go.
+    /// Where the binaries (`warmstart`, `warmstart-cli`, `warmstart-bench`) go.
     #[arg(long, default_value = "/usr/local/bin")]
     pub bin_dir: PathBuf,
     /// Where the systemd unit goes.
     #[arg(long, default_value = "/etc/systemd/system")]
     pub unit_dir: PathBuf,
-    /// Where the configuration goes (kept if it exists).
+    /// Where the configuration goes (kept if it exists; named in the unit when not the
+    /// default).
     #[arg(long, default_value = crate::daemon::config::DEFAULT_PATH)]
     pub config: PathBuf,
+    /// Where man pages (man/man1) and shell completions go.
+    #[arg(long, default_value = "/usr/local/share")]
+    pub share_dir: PathBuf,
+    /// Stage every file under this directory instead (for packages); systemd is not touched.
+    #[arg(long)]
+    pub destdir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct UninstallArgs {
+    /// Where `install` put the binaries.
+    #[arg(long, default_value = "/usr/local/bin")]
+    pub bin_dir: PathBuf,
+    /// Where `install` put the systemd unit.
+    #[arg(long, default_value = "/etc/systemd/system")]
+    pub unit_dir: PathBuf,
+    /// The configuration (removed with --purge).
+    #[arg(long, default_value = crate::daemon::config::DEFAULT_PATH)]
+    pub config: PathBuf,
+    /// Where `install` put man pages and completions.
+    #[arg(long, default_value = "/usr/local/share")]
+    pub share_dir: PathBuf,
+    /// The state directory: database, benchmark state (removed with --purge).
+    #[arg(long, default_value = "/var/lib/warmstart")]
+    pub state_dir: PathBuf,
+    /// Also remove the configuration and the state directory.
+    #[arg(long)]
+    pub purge: bool,
+    /// Remove from under this staging directory instead; systemd is not touched.
+    #[arg(long)]
+    pub destdir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -195,11 +251,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "RESULTS_JSON")]
     pub rerender: Option<PathBuf>,
     /// An ad-hoc command to benchmark instead of the suite (ready when it exits).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
@@ -315,12 +367,7 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub json: bool,
     /// The command to launch, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -359,12 +406,7 @@ pub struct RecordArgs {
     #[arg(long)]
     pub json: bool,
     /// The command to learn, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -410,12 +452,7 @@ pub struct RunArgs {
     #[arg(long, value_parser = app_name)]
     pub app: Option<String>,
     /// The command to launch, after `--`.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -423,6 +460,7 @@ pub struct RunArgs {
 pub enum PlanCommand {
     /// List learned apps and their plans.
     List {
+        /// Print the result as JSON (one object) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -430,6 +468,7 @@ pub enum PlanCommand {
     Show {
         /// App key, or a unique part of it.
         app: String,
+        /// Print the result as JSON (one object) instead of text.
         #[arg(long)]
         json: bool,
         /// How many leading entries to print.
@@ -445,6 +484,7 @@ pub enum PlanCommand {
     Floor {
         /// App key, or a unique part of it.
         app: String,
+        /// Print the result as JSON (one object) instead of text.
         #[arg(long)]
         json: bool,
         /// The strategy's plan (default: the one the next `run` would use).
@@ -465,6 +505,7 @@ pub enum PlanCommand {
         /// The strategy whose plans to compare (every strategy orders the same data).
         #[arg(long, default_value = "trace")]
         strategy: String,
+        /// Print the result as JSON (one object) instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -493,11 +534,7 @@ pub struct DemoArgs {
     #[arg(long, default_value = "trace", value_parser = ["fast", "trace", "sorted", "paralfetch", "hybrid", "auto"])]
     pub strategy: String,
     /// Workload to measure (default: import Python's standard library).
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -601,13 +638,66 @@ fn init_logging(verbose: u8, quiet: bool) {
         .ok()
         .and_then(|v| v.parse::<LevelFilter>().ok())
         .unwrap_or(level);
+    let fmt = tracing_subscriber::fmt::format()
+        .with_target(false)
+        .without_time()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .without_time()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .event_format(SyslogPriority {
+            inner: fmt,
+            on: stderr_is_journal(),
+        })
         .try_init();
+}
+
+/// Under systemd, stderr goes to the journal, which reads a `<N>` prefix as the line's
+/// syslog priority (`journalctl -p warning` then filters warnings and errors).
+struct SyslogPriority<F> {
+    inner: F,
+    on: bool,
+}
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for SyslogPriority<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        ev: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        if self.on {
+            write!(w, "<{}>", syslog_priority(*ev.metadata().level()))?;
+        }
+        self.inner.format_event(ctx, w, ev)
+    }
+}
+
+/// sd-daemon(3)'s levels: err, warning, info, debug.
+fn syslog_priority(l: tracing::Level) -> u8 {
+    match l {
+        tracing::Level::ERROR => 3,
+        tracing::Level::WARN => 4,
+        tracing::Level::INFO => 6,
+        _ => 7,
+    }
+}
+
+/// systemd sets `JOURNAL_STREAM` to the journal stream's `device:inode`; stderr is that
+/// stream unless redirected since.
+fn stderr_is_journal() -> bool {
+    let Some(v) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Ok(st) = nix::sys::stat::fstat(std::io::stderr()) else {
+        return false;
+    };
+    v.to_string_lossy() == format!("{}:{}", st.st_dev, st.st_ino)
 }
 
 /// The benchmark's entry point, for binaries that include it (`warmstart-bench`).
@@ -722,7 +812,11 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
         Command::Daemon(a) => auto::daemon(&cli.db, a),
         Command::Status { json, run_dir } => auto::status(&cli.db, json, &run_dir),
         Command::App(c) => auto::app(&cli.db, c),
-        Command::Install(a) => auto::install(a),
+        Command::Install(a) => install::install(a),
+        Command::Uninstall(a) => install::uninstall(a),
+        Command::Man { out_dir } => install::man(&out_dir),
+        Command::Doctor { json } => doctor::cmd(json),
+        Command::Completions { shell } => install::completions(shell),
         Command::Bench(a) => match bench_main {
             Some(f) => f(a),
             None => exec_bench_binary(),

@@ -10,6 +10,11 @@ use crate::resolve::FileId;
 use crate::store::Store;
 
 pub(super) fn open_existing(db: &Path) -> anyhow::Result<Store> {
+    require_db(db)?;
+    Ok(Store::open(db)?)
+}
+
+fn require_db(db: &Path) -> anyhow::Result<()> {
     if !db.exists() {
         return Err(fail(
             code::NOT_FOUND,
@@ -19,7 +24,14 @@ pub(super) fn open_existing(db: &Path) -> anyhow::Result<Store> {
             ),
         ));
     }
-    Ok(Store::open(db)?)
+    Ok(())
+}
+
+/// `open_existing` for commands that only read (list, show): they work for a user who may
+/// only read the database, and on a read-only filesystem.
+pub(super) fn open_reading(db: &Path) -> anyhow::Result<Store> {
+    require_db(db)?;
+    Ok(Store::open_read_only(db)?)
 }
 
 /// Files that are no longer what the plan recorded: (stale, missing).
@@ -38,7 +50,7 @@ fn staleness(plan: &Plan) -> (usize, usize) {
 pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
     match c {
         PlanCommand::List { json } => {
-            let store = open_existing(db)?;
+            let store = open_reading(db)?;
             let rows = store.list()?;
             if json {
                 println!("{}", serde_json::to_string(&rows)?);
@@ -67,7 +79,7 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
             entries,
             strategy,
         } => {
-            let store = open_existing(db)?;
+            let store = open_reading(db)?;
             let row = store.find_app(&app)?;
             // Which plan `run` would use now, and why.
             let asked = strategy.as_deref().or(row.strategy.as_deref());

@@ -67,6 +67,23 @@ pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
         baseline_runs: a.baseline_runs,
     };
     let quiet = a.json;
+    if !quiet {
+        eprintln!(
+            "learning `{}`: {} traced launch(es), {}{}",
+            key.key,
+            a.runs,
+            if a.no_drop_caches {
+                "the page cache kept"
+            } else {
+                "the page cache dropped before each"
+            },
+            if a.baseline_runs > 0 {
+                format!(", then up to {} timed plain ones", a.baseline_runs)
+            } else {
+                String::new()
+            }
+        );
+    }
     let mut progress = |i: u32, n: u32, r: &crate::sequence::RawRun| {
         if !quiet {
             eprintln!(

@@ -305,13 +305,15 @@ impl Drop for ActiveGuard<'_> {
     }
 }
 
-fn trace_config(cfg: &Config, run_dir: &Path) -> TraceConfig {
+/// The daemon's traces hold ext4's inode readahead off in the machine-wide domain (the
+/// default `run_dir`), like `run` and `record`: the setting is one per machine, so its holders
+/// must count each other, whatever `--run-dir` the daemon's pid file is in.
+fn trace_config(cfg: &Config) -> TraceConfig {
     TraceConfig {
         buffer_kb: cfg.buffer_kb,
         idle: cfg.idle(),
         timeout: cfg.timeout(),
         drop_caches: false,
-        run_dir: run_dir.to_path_buf(),
         quiet: false,
         ..TraceConfig::default()
     }
@@ -497,7 +499,7 @@ fn prefetch_launch(
     // A relearning app's launches are prefetched with its old plan and traced to learn from.
     let check = (relearning || since_check + 1 >= cfg.n_chk) && claim_trace(sh, &app.key);
     let checked = if check {
-        let tc = trace_config(cfg, &sh.run_dir);
+        let tc = trace_config(cfg);
         let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
         release_trace(sh, &app.key);
         Some(r.map_err(|e| {
@@ -759,7 +761,7 @@ fn attach(
     pid: i32,
     cfg: &Config,
 ) -> Result<crate::trace::session::Attached, crate::trace::TraceError> {
-    let tc = trace_config(cfg, &sh.run_dir);
+    let tc = trace_config(cfg);
     let ready = sh.prepared.lock().ok().and_then(|mut p| p.take());
     let prepared = match ready {
         Some(p) => p,
@@ -855,7 +857,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
     }
     drop(lc_held);
     drop(s);
-    let tc = trace_config(cfg, &sh.run_dir);
+    let tc = trace_config(cfg);
     let traced = attached.and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
     release_trace(sh, &key.key);
     // An interrupted or failed trace is discarded, never half-used.
@@ -939,6 +941,14 @@ fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
+/// Tell systemd (Type=notify) where the daemon is; nothing without `NOTIFY_SOCKET`. A failure
+/// is logged, never fatal: the daemon works the same without a service manager.
+fn notify_systemd(states: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!("cannot notify systemd ({e}); NOTIFY_SOCKET is set but unusable");
+    }
+}
+
 /// The daemon's pid file, locked while it runs (status reads liveness from the lock).
 pub struct PidFile {
     _lock: Flock<std::fs::File>,
@@ -1019,9 +1029,10 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     let _pid = PidFile::take(&opts.run_dir)?;
     let tfs = Tracefs::open()?;
     {
-        let _lock = knobs::RecordLock::acquire(&opts.run_dir)?;
+        let knob_dir = Path::new(knobs::RUN_DIR);
+        let _lock = knobs::RecordLock::acquire(knob_dir)?;
         tfs.remove_stale_instances();
-        knobs::recover_journal(&opts.run_dir);
+        knobs::recover_journal(knob_dir);
     }
     let mut s = Store::open(&opts.db)?;
     let facts = crate::learn::device_facts(&mut s, &opts.run_dir)
@@ -1047,7 +1058,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     });
     refresh_cache(&sh);
     if let Ok(c) = sh.cfg.read() {
-        prepare_next(&sh, &trace_config(&c, &sh.run_dir));
+        prepare_next(&sh, &trace_config(&c));
     }
     // ClusterFetch beside the launch prefetching; its own thread, stopped with the daemon.
     let burst_stop = Arc::new(AtomicBool::new(false));
@@ -1076,6 +1087,8 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
             "not queueing"
         }
     );
+    // Type=notify: started once exec events are watched (systemd orders dependants after this).
+    notify_systemd(&[sd_notify::NotifyState::Ready]);
     loop {
         let (pc_ready, sig_ready, fan_ready) = {
             let mut fds = vec![
@@ -1124,6 +1137,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
                 .any(|s| *s == libc::SIGTERM || *s == libc::SIGINT)
             {
                 tracing::info!("stopping");
+                notify_systemd(&[sd_notify::NotifyState::Stopping]);
                 sh.stop.store(true, Ordering::SeqCst);
                 burst_stop.store(true, Ordering::SeqCst);
                 if let Some(b) = bursts {
@@ -1151,6 +1165,10 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
                 return Ok(());
             }
             if sigs.contains(&libc::SIGHUP) {
+                // systemd 253+ wants the reload's start time beside RELOADING=1.
+                let mut reloading = vec![sd_notify::NotifyState::Reloading];
+                reloading.extend(sd_notify::NotifyState::monotonic_usec_now().ok());
+                notify_systemd(&reloading);
                 match Config::load(&opts.config_path) {
                     Ok(c) => {
                         if let Ok(mut w) = sh.cfg.write() {
@@ -1164,6 +1182,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
                     Err(e) => tracing::error!("keeping the old configuration: {e}"),
                 }
                 refresh_cache(&sh);
+                notify_systemd(&[sd_notify::NotifyState::Ready]);
             }
         }
         if pc_ready {
