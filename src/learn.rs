@@ -154,6 +154,14 @@ pub fn learn(
     };
     let plan_build_ms = build_start.elapsed().as_secs_f64() * 1e3;
     store.save_learning(app_id, &runs, &mut plans)?;
+    let missing = crate::trace::tracefs::Tracefs::open()
+        .map(|t| crate::trace::session::missing_access_events(&t))
+        .unwrap_or_default();
+    let mut settings = store.app_settings(app_id)?;
+    if settings.learned_without != missing {
+        settings.learned_without = missing;
+        store.set_app_settings(app_id, &settings)?;
+    }
     let plan = plans
         .iter()
         .find(|p| p.strategy == Strategy::Trace.name())

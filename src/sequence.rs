@@ -278,6 +278,15 @@ impl RawRun {
             Some(bdev) => Target::Meta { bdev },
             None => Target::File { dev, ino },
         };
+        // A kernel without the filemap access events (before ~6.12, or masked) shows only
+        // the pages a launch read from disk: on a cold launch each was read because the launch
+        // (or readahead for it) wanted it, so each insert counts as used.
+        let inserts_only = !t.events.iter().any(|e| {
+            matches!(
+                e.kind,
+                EventKind::MapPages { .. } | EventKind::GetPages { .. } | EventKind::Fault { .. }
+            )
+        });
         let mut b = Builder::default();
         let mut inode_loads = Vec::new();
         let mut execs = Vec::new();
@@ -299,7 +308,11 @@ impl RawRun {
                     order,
                 } => {
                     let n = 1u64 << (*order).min(20);
-                    b.touch(target(*dev, *ino), *index, index + n - 1, rel(e.ts), true)
+                    let tg = target(*dev, *ino);
+                    b.touch(tg, *index, index + n - 1, rel(e.ts), true);
+                    if inserts_only {
+                        b.mark_used(tg, *index, index + n - 1, rel(e.ts));
+                    }
                 }
                 EventKind::MapPages {
                     dev,

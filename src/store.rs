@@ -149,6 +149,10 @@ pub struct AppSettings {
     /// The daemon's view of the app (phase and counters).
     #[serde(default)]
     pub lifecycle: Option<crate::daemon::Lifecycle>,
+    /// How the last learning saw the launch, when less than everything: the kernel's missing
+    /// access events (`plan show` says what that costs).
+    #[serde(default)]
+    pub learned_without: Vec<String>,
 }
 
 pub struct Store {

@@ -2900,3 +2900,167 @@ fn the_shipped_unit_is_hardened() {
         .unwrap_or_else(|| panic!("no exposure level in\n{}", text(&o)));
     assert!(level < 5.0, "exposure {level}\n{out}");
 }
+
+/// The Debian package: built from this build's binaries by `packaging/build-deb`, installed
+/// with dpkg under a scratch root (its maintainer scripts honour DPKG_ROOT, so nothing
+/// outside that root changes), `doctor` and `demo` run from it, and `dpkg --purge` leaves
+/// nothing behind: not the binaries, the conffile, nor the database `demo` made.
+#[test]
+fn the_debian_package_installs_runs_and_purges() {
+    let Some(_g) = privileged() else { return };
+    if Command::new("dpkg-deb").arg("--version").output().is_err() {
+        return skip("dpkg-deb (dpkg) is needed for this test");
+    }
+    let sb = Sandbox::new();
+    let bins = Path::new(WS).parent().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/build-deb");
+    let o = run(Command::new(&script)
+        .arg(bins)
+        .arg(sb.path().join("out"))
+        .env("DEB_COMPRESSION", "none"));
+    assert!(o.status.success(), "{}", text(&o));
+    let deb = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert!(deb.exists(), "{}", deb.display());
+    let root = sb.path().join("root");
+    std::fs::create_dir_all(root.join("var/lib/dpkg/info")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/dpkg/updates")).unwrap();
+    std::fs::write(root.join("var/lib/dpkg/status"), "").unwrap();
+    let dpkg = |args: &[&str]| {
+        let o = run(Command::new("dpkg")
+            .arg(format!("--root={}", root.display()))
+            .arg("--force-script-chrootless")
+            .args(args));
+        assert!(o.status.success(), "dpkg {args:?}: {}", text(&o));
+    };
+    dpkg(&["-i", deb.to_str().unwrap()]);
+    for f in [
+        "usr/bin/warmstart",
+        "usr/bin/warmstart-cli",
+        "lib/systemd/system/warmstart.service",
+        "etc/warmstart/config.toml",
+        "usr/share/man/man1/warmstart.1",
+        "usr/share/doc/warmstart/copyright",
+    ] {
+        assert!(root.join(f).exists(), "{f} not installed");
+    }
+    let db = root.join("var/lib/warmstart/warmstart.db");
+    let ws = || {
+        let mut c = Command::new(root.join("usr/bin/warmstart"));
+        c.env("WARMSTART_DB", &db).env_remove("WARMSTART_LOG");
+        c
+    };
+    let o = run(ws().args(["doctor", "--json"]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(json(&o)["can_learn"], true);
+    let man_pages = root.join("usr/share/man/man1");
+    let o = run(ws()
+        .args(["demo", "--rounds", "1", "--runs", "1", "--json", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("cat {}/*.1 > /dev/null", man_pages.display()),
+        ]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(db.exists());
+    dpkg(&["--purge", "warmstart"]);
+    let mut left = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.starts_with(root.join("var/lib/dpkg")) {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                left.push(p);
+            }
+        }
+    }
+    assert!(left.is_empty(), "left after purge: {left:?}");
+}
+
+/// On a kernel without the filemap access events (emulated by hiding them, as on Linux 6.1),
+/// `record` learns from the page-cache inserts alone: the plan still covers the workload,
+/// `plan show` says how it was learned, and `run` prefetches it.
+#[test]
+fn learning_works_with_only_the_page_cache_insert_events() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(32, 128);
+    let hide = "filemap:mm_filemap_fault,filemap:mm_filemap_map_pages,\
+                filemap:mm_filemap_get_pages,readahead:page_cache_sync_ra";
+    let o = run(sb
+        .ws()
+        .env("WARMSTART_HIDE_EVENTS", hide)
+        .args(["record", "--runs", "1", "--app", "synth", "--json", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let store = Store::open(&sb.db()).unwrap();
+    let plan = store
+        .plan(&store.find_app("synth").unwrap())
+        .unwrap()
+        .unwrap();
+    let manifest = std::fs::read_to_string(app.join("manifest")).unwrap();
+    for rel in manifest.lines() {
+        let p = std::fs::canonicalize(app.join(rel)).unwrap();
+        let idx = plan.files.iter().position(|f| f.path == p);
+        let idx = idx.unwrap_or_else(|| panic!("{} not in the plan", p.display()));
+        assert!(
+            plan.entries
+                .iter()
+                .any(|e| matches!(e, Entry::Data { file, .. } if *file as usize == idx)),
+            "no data entry for {}",
+            p.display()
+        );
+    }
+    let o = run(sb.ws().args(["plan", "show", "synth", "--json"]));
+    let show = json(&o);
+    assert_eq!(show["learned_from"], "inserts", "{show}");
+    assert_eq!(
+        show["learned_without"].as_array().unwrap().len(),
+        3,
+        "{show}"
+    );
+    let o = run(sb.ws().args(["plan", "show", "synth"]));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("the kernel lacks filemap:mm_filemap_fault")
+    );
+    // `run` prefetches that plan: every byte of the workload is issued.
+    let size: u64 = manifest
+        .lines()
+        .map(|rel| std::fs::metadata(app.join(rel)).unwrap().len())
+        .sum();
+    drop_caches();
+    let o = run(sb
+        .ws()
+        .env("WARMSTART_HIDE_EVENTS", hide)
+        .args([
+            "run",
+            "--app",
+            "synth",
+            "--strategy",
+            "trace",
+            "--stats",
+            "--json",
+            "--",
+        ])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let stats = stderr_json(&o);
+    assert_eq!(stats["plan"], true);
+    let issued = stats["prefetch"]["data_bytes"].as_u64().unwrap();
+    assert!(
+        issued >= size,
+        "{issued} bytes prefetched of a {size}-byte workload"
+    );
+    // With every event, the same app learns from its accesses.
+    let o = run(sb
+        .ws()
+        .args(["record", "--runs", "1", "--app", "synth", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(sb.ws().args(["plan", "show", "synth", "--json"]));
+    assert_eq!(json(&o)["learned_from"], "accesses");
+}

@@ -251,7 +251,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "RESULTS_JSON")]
     pub rerender: Option<PathBuf>,
     /// An ad-hoc command to benchmark instead of the suite (ready when it exits).
-    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -367,7 +371,12 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub json: bool,
     /// The command to launch, after `--`.
-    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -406,7 +415,12 @@ pub struct RecordArgs {
     #[arg(long)]
     pub json: bool,
     /// The command to learn, after `--`.
-    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -452,7 +466,12 @@ pub struct RunArgs {
     #[arg(long, value_parser = app_name)]
     pub app: Option<String>,
     /// The command to launch, after `--`.
-    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -534,7 +553,11 @@ pub struct DemoArgs {
     #[arg(long, default_value = "trace", value_parser = ["fast", "trace", "sorted", "paralfetch", "hybrid", "auto"])]
     pub strategy: String,
     /// Workload to measure (default: import Python's standard library).
-    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<OsString>,
 }
 

@@ -114,6 +114,7 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                 .map(|(id, at, _)| (id, at))
                 .collect();
             let how = How {
+                learned_without: &settings.learned_without,
                 chosen: name,
                 why: &why,
                 strategies: &strategies,
@@ -270,6 +271,8 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
 
 /// How `run` picks a plan for this app, for `plan show`.
 struct How<'a> {
+    /// The access events the kernel lacked when the app was learned.
+    learned_without: &'a [String],
     chosen: &'a str,
     why: &'a str,
     strategies: &'a [String],
@@ -333,6 +336,8 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
             "notes": plan.notes,
             "paralfetch_settings": how.paralfetch,
             "paralfetch_raises": how.raises,
+            "learned_from": if how.learned_without.is_empty() { "accesses" } else { "inserts" },
+            "learned_without": how.learned_without,
             "runs": runs.iter().map(|(id, at)| json!({"id": id, "recorded_unix": at})).collect::<Vec<_>>(),
         });
         println!("{v}");
@@ -369,6 +374,14 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
     }
     for n in &plan.notes {
         println!("note:         {n}");
+    }
+    if !how.learned_without.is_empty() {
+        println!(
+            "learned from: the pages the launches read from disk only (the kernel lacks {}): \
+             readahead the app never used is planned too, pages it found cached are not, and \
+             the order is the order of the reads",
+            how.learned_without.join(", ")
+        );
     }
     println!("created:      {}", fmt_unix(plan.created_unix as i64));
     println!(

@@ -67,7 +67,8 @@ pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
         baseline_runs: a.baseline_runs,
     };
     let quiet = a.json;
-    if !quiet {
+    // Said on a terminal only: a script's stderr keeps its one line per error.
+    if !quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         eprintln!(
             "learning `{}`: {} traced launch(es), {}{}",
             key.key,
@@ -106,7 +107,11 @@ pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
         &interrupt,
         &mut progress,
     )
-    .with_context(|| format!("learning `{}`", key.key))?;
+    .map_err(|e| match e {
+        // Names the app and the run itself.
+        e @ crate::learn::LearnError::CommandFailed { .. } => anyhow::Error::new(e),
+        e => anyhow::Error::new(e).context(format!("learning `{}`", key.key)),
+    })?;
     if let Some(s) = default_strategy {
         store.set_app_strategy(learned.app_id, s.map(|s| s.name()))?;
     }

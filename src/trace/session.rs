@@ -212,13 +212,31 @@ fn is_access(k: &EventKind) -> bool {
     )
 }
 
+/// The events a recording can do without: ext4's (only when ext4 is built in), and the
+/// filemap access events and synchronous readahead (Linux 6.12 or so; older kernels have only
+/// the page-cache inserts, and a launch is then learned from those: `RawRun::from_trace`).
+pub fn optional_event(system: &str, event: &str) -> bool {
+    system == "ext4"
+        || ACCESS_EVENTS.contains(&(system, event))
+        || (system, event) == ("readahead", "page_cache_sync_ra")
+}
+
+/// The filemap access events this kernel lacks (or `WARMSTART_HIDE_EVENTS` hides): empty on
+/// a kernel where learning sees every page a launch uses, not only those it reads from disk.
+pub fn missing_access_events(tfs: &Tracefs) -> Vec<String> {
+    ACCESS_EVENTS
+        .iter()
+        .filter(|(s, e)| tfs.event_format(s, e).is_err())
+        .map(|(s, e)| format!("{s}:{e}"))
+        .collect()
+}
+
 fn formats(tfs: &Tracefs, list: &[(&str, &str)]) -> Result<Vec<EventFormat>, TraceError> {
     let mut out = Vec::new();
     for (sys, ev) in list {
         match tfs.event_format(sys, ev) {
             Ok(f) => out.push(f),
-            // ext4 events only exist when ext4 is built in; other filesystems go without.
-            Err(TraceError::MissingEvent(name)) if *sys == "ext4" => {
+            Err(TraceError::MissingEvent(name)) if optional_event(sys, ev) => {
                 tracing::debug!("tracepoint {name} absent; not tracing it")
             }
             Err(e) => return Err(e),
@@ -836,6 +854,10 @@ impl AccessWatch {
     /// that a watch can start at the moment it is needed.
     pub fn prepare(tfs: &Tracefs) -> Result<AccessWatch, TraceError> {
         let fmts = formats(tfs, ACCESS_EVENTS)?;
+        if fmts.is_empty() {
+            // Without access events there is nothing to judge a burst by.
+            return Err(TraceError::MissingEvent("filemap:mm_filemap_fault".into()));
+        }
         let header = tfs.page_header()?;
         let tag = format!("{}-check", monotonic_ns() % 1_000_000_000);
         let inst = tfs.create_instance(&tag)?;
