@@ -35,6 +35,12 @@ memory_cap_mb = 0
 jobs = 4
 # Per-CPU trace buffer of a learning or checking launch, KiB.
 buffer_kb = 8192
+# Launches traced at once (learning or checking; each a tracefs instance with buffer_kb per
+# CPU): a launch beyond it is not traced, and a later one learns or checks instead.
+max_traces = 4
+# Launches handled at once (a thread each, prefetching or tracing): beyond it, a launch runs
+# without the daemon, so an exec storm costs neither threads nor memory.
+max_workers = 32
 # An app is learned from its second launch within this many hours: a command run once (a
 # script's one-off `sh -c`, a `mktemp`) is neither traced nor stored.
 learn_window_hours = 24.0
@@ -103,6 +109,8 @@ pub struct Config {
     pub memory_cap_mb: u64,
     pub jobs: usize,
     pub buffer_kb: u32,
+    pub max_traces: usize,
+    pub max_workers: usize,
     pub learn_window_hours: f64,
     pub prune_after_days: u32,
     pub bursts: bool,
@@ -131,6 +139,8 @@ impl Default for Config {
             memory_cap_mb: 0,
             jobs: 4,
             buffer_kb: 8192,
+            max_traces: 4,
+            max_workers: 32,
             learn_window_hours: 24.0,
             prune_after_days: 90,
             bursts: true,
@@ -302,6 +312,12 @@ impl Config {
         }
         if c.buffer_kb < 256 {
             return Err(bad("buffer_kb", "must be at least 256"));
+        }
+        if c.max_traces == 0 || c.max_traces > 64 {
+            return Err(bad("max_traces", "must be 1..=64"));
+        }
+        if c.max_workers < 2 || c.max_workers > 1024 {
+            return Err(bad("max_workers", "must be 2..=1024"));
         }
         if !(c.learn_window_hours > 0.0 && c.learn_window_hours <= 24.0 * 366.0) {
             return Err(bad("learn_window_hours", "must be in (0, 8784]"));

@@ -111,6 +111,8 @@ struct Shared {
     /// Worker threads not yet ended; shutdown waits for them, since any may hold (or be
     /// creating) a tracefs instance.
     workers: AtomicUsize,
+    /// Launches not handled because `max_workers` were busy.
+    turned_away: AtomicUsize,
     /// Exec-to-first-prefetch-request latencies, µs.
     latencies: Mutex<Vec<f64>>,
     /// Held across every read-modify-write of an app's lifecycle, so concurrent launches
@@ -397,7 +399,12 @@ fn spawn_worker(
     name: &str,
     f: impl FnOnce(&Arc<Shared>) + Send + 'static,
 ) -> bool {
-    sh.workers.fetch_add(1, Ordering::SeqCst);
+    let cap = sh.cfg.read().map(|c| c.max_workers).unwrap_or(32);
+    if !take_slot(&sh.workers, cap) {
+        // An exec storm: this launch runs without the daemon.
+        sh.turned_away.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
     let w = Worker(sh.clone());
     std::thread::Builder::new()
         .name(name.into())
@@ -541,8 +548,13 @@ fn prefetch_launch(
     lc.launches += 1;
     if lc.phase == Phase::Learning && relearning {
         lc.prefetches += 1;
-        if let Some(Ok(t)) = checked {
-            let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
+        // An empty trace missed the launch (see `learn_launch`).
+        let run = match checked {
+            Some(Ok(t)) => Some(RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices))
+                .filter(|r| !r.accesses.is_empty()),
+            _ => None,
+        };
+        if let Some(run) = run {
             match s.add_run(app.id, &run) {
                 Ok(n) if n >= cfg.n_rawseq as usize => {
                     if build_plans(sh, &mut s, &app, &mut lc, cfg) {
@@ -788,11 +800,25 @@ fn prepare_next(sh: &Shared, tc: &TraceConfig) {
     }
 }
 
+/// One trace per app at a time, and at most `max_traces` in all (each holds a tracefs
+/// instance of `buffer_kb` per CPU).
 fn claim_trace(sh: &Shared, key: &str) -> bool {
+    let cap = sh.cfg.read().map(|c| c.max_traces).unwrap_or(4);
     sh.tracing
         .lock()
-        .map(|mut t| t.insert(key.to_string()))
+        .map(|mut t| claim(&mut t, key, cap))
         .unwrap_or(false)
+}
+
+fn claim(tracing: &mut HashSet<String>, key: &str, cap: usize) -> bool {
+    tracing.len() < cap && tracing.insert(key.to_string())
+}
+
+/// Count one more worker unless `cap` are running; the caller's `Worker` gives it back.
+fn take_slot(workers: &AtomicUsize, cap: usize) -> bool {
+    workers
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1))
+        .is_ok()
 }
 
 fn release_trace(sh: &Shared, key: &str) {
@@ -869,6 +895,13 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         }
     };
     let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
+    if run.accesses.is_empty() {
+        // Every launch maps its executable and libraries: a trace that saw nothing missed
+        // the launch (attached after it ended), and counted as a learning run it would make
+        // the app "too small" for good (issue #30, item 6).
+        tracing::debug!("{}: learning trace saw no access; not used", key.key);
+        return;
+    }
     let Ok(mut s) = store(sh) else { return };
     let lc_held = lc_guard(sh);
     let mut lc = lifecycle(&s, app.id);
@@ -1050,6 +1083,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         queueing: facts.queueing(),
         stop: AtomicBool::new(false),
         workers: AtomicUsize::new(0),
+        turned_away: AtomicUsize::new(0),
         latencies: Mutex::new(Vec::new()),
         lc_lock: Mutex::new(()),
         early: Mutex::new(HashMap::new()),
@@ -1205,6 +1239,10 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
 }
 
 fn report_latency(sh: &Shared) {
+    let away = sh.turned_away.load(Ordering::Relaxed);
+    if away > 0 {
+        tracing::warn!("{away} launches ran without the daemon: max_workers were busy");
+    }
     if let Ok(l) = sh.latencies.lock() {
         if let Some(s) = crate::bench::stats::Spread::of(&l) {
             tracing::info!("exec to first prefetch request: median {:.0} us (min {:.0}, max {:.0}, {} launches)", s.median, s.min, s.max, s.n);
@@ -1216,6 +1254,23 @@ fn report_latency(sh: &Shared) {
 mod tests {
     use super::*;
     use crate::plan::tests::sample_plan;
+
+    /// The daemon's caps: one trace per app, `max_traces` in all; `max_workers` threads.
+    #[test]
+    fn traces_and_workers_are_capped() {
+        let mut t = HashSet::new();
+        assert!(claim(&mut t, "a", 2));
+        assert!(!claim(&mut t, "a", 2), "one trace per app");
+        assert!(claim(&mut t, "b", 2));
+        assert!(!claim(&mut t, "c", 2), "at most max_traces");
+        t.remove("a");
+        assert!(claim(&mut t, "c", 2));
+        let w = AtomicUsize::new(0);
+        assert!((0..5).filter(|_| take_slot(&w, 3)).count() == 3);
+        assert_eq!(w.load(Ordering::SeqCst), 3);
+        w.fetch_sub(1, Ordering::SeqCst);
+        assert!(take_slot(&w, 3));
+    }
     use crate::sequence::Access;
     use crate::trace::EndReason;
 
