@@ -3,6 +3,10 @@
 
     exec-storm.py [DISTINCT] [REPEATS] [SECONDS]     (defaults 500, 200, 60; root)
 
+With TWICE=1 each distinct line is launched twice (a command's second launch is learned, so
+this storm makes the daemon trace), and PARALLEL=N keeps N commands in flight instead of one;
+the daemon's threads and tracefs instances are sampled every 20 ms for their peaks.
+
 Starts `warmstart daemon` with its own database, configuration and run directory (the
 defaults but for those), waits until it runs, then launches DISTINCT different
 `sh -c 'echo N'` command lines and REPEATS `/bin/true`, interleaved and spread evenly over
@@ -24,23 +28,49 @@ cfg = os.path.join(tmp, "config.toml")
 open(cfg, "w").write("")  # the defaults
 
 
+twice = os.environ.get("TWICE") == "1"
+parallel = int(os.environ.get("PARALLEL", "1"))
+
+
 def storm():
     """The storm's wall time and each command's spawn-to-exit time, in ms."""
-    cmds = [["sh", "-c", f"echo {i}"] for i in range(distinct)]
+    cmds = [["sh", "-c", f"echo {i}"] for i in range(distinct) for _ in range(2 if twice else 1)]
     step = max(1, round(distinct / max(repeats, 1)))
     for j in range(repeats):  # /bin/true between the sh -c lines
         cmds.insert(min(len(cmds), (j + 1) * (step + 1) - 1), ["/bin/true"])
     gap = seconds / len(cmds)
     times = []
+    running = []
     t = time.monotonic()
     for n, c in enumerate(cmds):
         wait = t + n * gap - time.monotonic()
         if wait > 0:
             time.sleep(wait)
-        s0 = time.monotonic()
-        subprocess.run(c, stdout=subprocess.DEVNULL)
+        while len(running) >= parallel:
+            for r in list(running):
+                if r[0].poll() is not None:
+                    times.append((time.monotonic() - r[1]) * 1000)
+                    running.remove(r)
+            if len(running) >= parallel:
+                time.sleep(0.0005)
+        running.append((subprocess.Popen(c, stdout=subprocess.DEVNULL), time.monotonic()))
+    for p, s0 in running:
+        p.wait()
         times.append((time.monotonic() - s0) * 1000)
     return time.monotonic() - t, sorted(times)
+
+
+peak = {"threads": 0, "instances": 0}
+
+
+def monitor(pid, stop):
+    while not stop.is_set():
+        try:
+            peak["threads"] = max(peak["threads"], stat(pid)[2])
+        except OSError:
+            pass
+        peak["instances"] = max(peak["instances"], instances())
+        time.sleep(0.02)
 
 
 def pct(v, q):
@@ -74,8 +104,14 @@ try:
     time.sleep(1)
     cpu0, _, _ = stat(d.pid)
     size0 = dbsize()
+    import threading
+    stop = threading.Event()
+    mon = threading.Thread(target=monitor, args=(d.pid, stop))
+    mon.start()
     with_daemon, lat_d = storm()
     time.sleep(3)  # traces end after their idle period
+    stop.set()
+    mon.join()
     cpu1, hwm, threads = stat(d.pid)
     peak_instances = instances()
     size1 = dbsize()
@@ -84,7 +120,9 @@ finally:
     d.wait(timeout=30)
 left = instances()
 without, lat_0 = storm()
-print(f"storm: {distinct} distinct `sh -c` and {repeats} `/bin/true` over {seconds:.0f} s")
+print(f"storm: {distinct} distinct `sh -c`{' (each twice)' if twice else ''} and {repeats} "
+      f"`/bin/true` over {seconds:.0f} s, {parallel} at a time")
+print(f"  daemon peaks: {peak['threads']} threads, {peak['instances']} tracefs instances")
 print(f"  wall with the daemon {with_daemon:.2f} s, without {without:.2f} s")
 for name, v in (("with the daemon", lat_d), ("without", lat_0)):
     print(f"  per command {name}: median {pct(v, 0.5):.2f} ms, p99 {pct(v, 0.99):.2f} ms, "
