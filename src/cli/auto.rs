@@ -133,8 +133,10 @@ pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> 
     }
     println!(
         "{:<12} {:>8} {:>10} {:>6} {:>6} {:>10} {:>9} {:>10}  app",
-        "phase", "launches", "prefetches", "miss", "waste", "strategy", "plan", "saved"
+        "phase", "seen", "prefetches", "miss", "waste", "strategy", "plan", "saved"
     );
+    // `plan list` counts every launch in an app's history (record's, run's, the daemon's);
+    // here, the launches the daemon saw.
     let ratio = |v: &serde_json::Value| v.as_f64().map_or("-".into(), |m| format!("{m:.2}"));
     for a in &apps {
         println!(

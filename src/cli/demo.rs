@@ -39,8 +39,10 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
     let key = AppKey::for_command(&exe, &command);
     let mut store = Store::open(db)?;
     let interrupt = interrupt_flag()?;
+    // Progress goes to stderr: with --json too when a person watches (stdout stays JSON).
+    let watched = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let say = |s: String| {
-        if !a.json {
+        if !a.json || watched {
             eprintln!("{s}")
         }
     };

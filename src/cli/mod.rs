@@ -283,6 +283,7 @@ pub enum BurstsCommand {
     /// Watch the whole system's disk reads and file openings for SECONDS and keep the I/O
     /// bursts found, each under the file whose opening started it (root).
     Mine {
+        /// How long to watch, in seconds (e.g. 30 or 90s).
         #[arg(long, default_value = "30", value_parser = parse_secs)]
         seconds: Duration,
         /// Log entries kept (the paper's queue_size).
@@ -320,8 +321,10 @@ pub enum BurstsCommand {
     },
     /// Remove a burst (by id or trigger path), or all of them with --all.
     Rm {
+        /// Burst id, or its trigger's path.
         #[arg(required_unless_present = "all")]
         burst: Option<String>,
+        /// Remove every burst.
         #[arg(long, conflicts_with = "burst")]
         all: bool,
     },
@@ -612,6 +615,25 @@ pub(crate) fn require_root(what: &str) -> anyhow::Result<()> {
     }
 }
 
+/// An error and its causes on one line, each cause once: errors that name their source in
+/// their own text (ours, rusqlite's) otherwise repeat it ("file is not a database: file is not
+/// a database: Error code 26: file is not a database").
+pub(crate) fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let t = cause.to_string();
+        let core = t.rsplit(": ").next().unwrap_or(&t);
+        if out.contains(&t) || (!out.is_empty() && out.contains(core)) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&t);
+    }
+    out
+}
+
 fn exit_code_of(e: &anyhow::Error) -> i32 {
     for cause in e.chain() {
         if let Some(f) = cause.downcast_ref::<Failure>() {
@@ -767,7 +789,7 @@ pub(crate) fn run_direct(db: &std::path::Path, verbose: u8, quiet: bool, a: RunA
     match run::cmd(db, a) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("warmstart: {e:#}");
+            eprintln!("warmstart: {}", error_text(&e));
             exit_code_of(&e)
         }
     }
@@ -784,7 +806,7 @@ pub(crate) fn prefetch_direct(
     match prefetch::prefetch_cmd(db, a) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("warmstart: {e:#}");
+            eprintln!("warmstart: {}", error_text(&e));
             exit_code_of(&e)
         }
     }
@@ -848,7 +870,7 @@ fn main_with(bench_main: Option<BenchMain>) -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("warmstart: {e:#}");
+            eprintln!("warmstart: {}", error_text(&e));
             exit_code_of(&e)
         }
     }
@@ -893,6 +915,42 @@ pub(crate) fn fmt_unix(secs: i64) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Every option of every command says what it does in `--help` (`--json` had none).
+    #[test]
+    fn every_option_has_help() {
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in c.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" || a.is_positional() {
+                    continue;
+                }
+                if a.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                    missing.push(format!("{path} --{id}"));
+                }
+            }
+            for sub in c.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "warmstart", &mut missing);
+        assert!(missing.is_empty(), "options without help: {missing:?}");
+    }
+
+    #[test]
+    fn an_error_chain_says_each_cause_once() {
+        let db = std::env::temp_dir().join(format!("ws-notadb-{}", std::process::id()));
+        std::fs::write(&db, "hello, not a database\n".repeat(100)).unwrap();
+        let e = anyhow::Error::new(crate::store::Store::open(&db).err().unwrap());
+        let _ = std::fs::remove_file(&db);
+        let t = super::error_text(&e);
+        assert_eq!(t.matches("not a database").count(), 1, "{t}");
+        assert!(t.contains(&db.display().to_string()), "{t}");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::error_text(&e), "outer: inner");
+    }
+
     use super::*;
 
     #[test]

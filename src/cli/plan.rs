@@ -59,7 +59,7 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
             } else {
                 println!(
                     "{:>8}  {:>10}  {:>4}  {:>8}  app",
-                    "entries", "bytes", "runs", "launches"
+                    "entries", "bytes", "runs", "history"
                 );
                 for r in rows {
                     println!(

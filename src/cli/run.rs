@@ -186,7 +186,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         Ok(Some(Decision::Plain(app))) => (None, Some(app)),
         Ok(None) => (None, None),
         Err(e) => {
-            tracing::warn!("{e:#}; running without prefetch");
+            tracing::warn!("{}; running without prefetch", super::error_text(&e));
             (None, None)
         }
     };

@@ -817,7 +817,9 @@ fn claim(tracing: &mut HashSet<String>, key: &str, cap: usize) -> bool {
 /// Count one more worker unless `cap` are running; the caller's `Worker` gives it back.
 fn take_slot(workers: &AtomicUsize, cap: usize) -> bool {
     workers
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < cap).then_some(n + 1))
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < cap).then_some(n + 1)
+        })
         .is_ok()
 }
 
