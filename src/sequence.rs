@@ -254,6 +254,32 @@ impl DeviceMap for SysBlockDevices {
 }
 
 impl RawRun {
+    /// This run without the files under `prefixes` (directory paths ending in '/', or any
+    /// path prefix), except `keep` (the app's executable and script): their openings are
+    /// dropped, so their paths are not stored and their pages cannot resolve into a plan.
+    pub fn without_paths(mut self, prefixes: &[String], keep: &[&std::path::Path]) -> RawRun {
+        if prefixes.is_empty() {
+            return self;
+        }
+        let excluded = |p: &std::path::Path| {
+            let s = p.to_string_lossy();
+            !keep.contains(&p) && prefixes.iter().any(|x| s.starts_with(x.as_str()))
+        };
+        let dropped: HashSet<(Dev, u64)> = self
+            .opens
+            .iter()
+            .filter(|o| excluded(&o.path))
+            .map(|o| (o.dev, o.ino))
+            .collect();
+        self.opens.retain(|o| !dropped.contains(&(o.dev, o.ino)));
+        // Their pages go too: known only by inode, they would never resolve anyway.
+        self.accesses.retain(|a| match a.target {
+            Target::File { dev, ino } => !dropped.contains(&(dev, ino)),
+            Target::Meta { .. } => true,
+        });
+        self
+    }
+
     pub fn from_trace(t: &TracedLaunch, page_size: u64, devices: &dyn DeviceMap) -> RawRun {
         let exec = t.exec_ts();
         let rel = |ts: u64| ts.saturating_sub(exec);
@@ -556,6 +582,53 @@ mod tests {
             usage: Usage::default(),
             started_unix_ms: 0,
         }
+    }
+
+    /// Files under an excluded directory leave the run, paths and pages; the executable
+    /// kept by name stays, and so do files the run knows only by inode.
+    #[test]
+    fn excluded_paths_leave_a_run() {
+        let opened = |ino: u64, p: &str| Opened {
+            t: 0,
+            dev: D,
+            ino,
+            is_dir: false,
+            path: p.into(),
+            by_tree: true,
+        };
+        let mut r = run(vec![
+            acc(f(1), 0, 1, 0),
+            acc(f(2), 0, 1, 1),
+            acc(f(3), 0, 1, 2),
+            acc(f(4), 0, 1, 3),
+        ]);
+        r.opens = vec![
+            opened(1, "/usr/lib/libx.so"),
+            opened(2, "/home/u/secret.txt"),
+            opened(3, "/home/u/bin/tool"),
+        ];
+        let r = r.without_paths(
+            &["/home/".into()],
+            &[std::path::Path::new("/home/u/bin/tool")],
+        );
+        let paths: Vec<_> = r
+            .opens
+            .iter()
+            .map(|o| o.path.display().to_string())
+            .collect();
+        assert_eq!(paths, ["/usr/lib/libx.so", "/home/u/bin/tool"]);
+        let inos: Vec<u64> = r
+            .accesses
+            .iter()
+            .map(|a| match a.target {
+                Target::File { ino, .. } => ino,
+                Target::Meta { .. } => 0,
+            })
+            .collect();
+        assert_eq!(inos, [1, 3, 4]);
+        // Nothing excluded: unchanged.
+        let r2 = r.clone().without_paths(&[], &[]);
+        assert_eq!(r2.opens.len(), 2);
     }
 
     #[test]

@@ -2034,7 +2034,7 @@ fn daemon_config(sb: &Sandbox, include: &[&Path], n_chk: u32, min_launch_kb: u32
         &config,
         format!(
             "include = [{}]\nn_rawseq = 2\nn_chk = {n_chk}\nmin_launch_kb = {min_launch_kb}\n\
-             t_idle_secs = 1.0\nbursts = false\n",
+             t_idle_secs = 1.0\nbursts = false\nexclude_paths = []\n",
             include.join(", ")
         ),
     )

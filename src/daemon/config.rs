@@ -64,6 +64,11 @@ burst_length_threshold = 100
 # (any other entry), never trigger a burst (beyond pseudo files, icons, fonts, desktop entries
 # and shared libraries): transient files are opened once.
 burst_exclude = ["/tmp/", "/var/tmp/", "/run/", "/var/log/", "/var/lib/warmstart/"]
+# Files under these directories are never learned as an app's data by the daemon: their
+# paths are not stored and their pages not prefetched (an app's own executable and the
+# script it runs still are). Remove "/home/" to let the daemon learn what apps read there
+# (documents, profiles); `warmstart record` learns whatever you point it at.
+exclude_paths = ["/home/"]
 # If not empty, only these executables are managed (full paths or names).
 include = []
 # Never managed: commands whose reads depend on their arguments, and short-lived tools.
@@ -121,6 +126,7 @@ pub struct Config {
     pub burst_iops_threshold: f64,
     pub burst_length_threshold: usize,
     pub burst_exclude: Vec<String>,
+    pub exclude_paths: Vec<String>,
     pub include: Vec<String>,
     pub exclude: Vec<String>,
 }
@@ -159,6 +165,7 @@ impl Default for Config {
             ]
             .map(String::from)
             .to_vec(),
+            exclude_paths: vec!["/home/".to_string()],
             include: vec![],
             exclude: DEFAULT_EXCLUDE.iter().map(|s| s.to_string()).collect(),
         }

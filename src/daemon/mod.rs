@@ -551,7 +551,8 @@ fn prefetch_launch(
         // An empty trace missed the launch (see `learn_launch`).
         let run = match checked {
             Some(Ok(t)) => Some(RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices))
-                .filter(|r| !r.accesses.is_empty()),
+                .filter(|r| !r.accesses.is_empty())
+                .map(|r| private(r, cfg, Path::new(&app.exe), &app.key)),
             _ => None,
         };
         if let Some(run) = run {
@@ -800,6 +801,14 @@ fn prepare_next(sh: &Shared, tc: &TraceConfig) {
     }
 }
 
+/// A learning run without the files under `exclude_paths` (by default /home: what apps read
+/// there is the user's), keeping the app's executable and any path in its key (its script).
+fn private(run: RawRun, cfg: &Config, exe: &Path, key: &str) -> RawRun {
+    let mut keep: Vec<&Path> = vec![exe];
+    keep.extend(key.split(' ').filter(|t| t.starts_with('/')).map(Path::new));
+    run.without_paths(&cfg.exclude_paths, &keep)
+}
+
 /// One trace per app at a time, and at most `max_traces` in all (each holds a tracefs
 /// instance of `buffer_kb` per CPU).
 fn claim_trace(sh: &Shared, key: &str) -> bool {
@@ -896,7 +905,12 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
             return;
         }
     };
-    let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
+    let run = private(
+        RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices),
+        cfg,
+        &key.exe,
+        &key.key,
+    );
     if run.accesses.is_empty() {
         // Every launch maps its executable and libraries: a trace that saw nothing missed
         // the launch (attached after it ended), and counted as a learning run it would make
