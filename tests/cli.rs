@@ -1735,6 +1735,7 @@ ready = {{ output = "^launched$" }}
         "warmstart",
         "whole-files",
         "fetch-then-launch",
+        "warmstart:inserts-only",
     ] {
         assert!(
             scenarios.iter().any(|s| s == want),

@@ -41,6 +41,18 @@ pub enum Scenario {
     /// Drop caches, launch plainly while the warmstart daemon runs (it learned the app from
     /// earlier plain launches).
     Daemon,
+    /// Drop caches, `warmstart run` of the app as learned on a kernel without the filemap
+    /// access events (Linux 6.1: hidden with WARMSTART_HIDE_EVENTS while `record` ran).
+    InsertsOnly,
+}
+
+/// The events a pre-6.12 kernel lacks, hidden for the `warmstart:inserts-only` learning.
+pub const OLD_KERNEL_HIDDEN: &str = "filemap:mm_filemap_fault,filemap:mm_filemap_map_pages,\
+                                     filemap:mm_filemap_get_pages,readahead:page_cache_sync_ra";
+
+/// The name the inserts-only learning of an app is stored under.
+fn inserts_only_name(app: &str) -> String {
+    format!("{app}@inserts-only")
 }
 
 impl Scenario {
@@ -55,6 +67,7 @@ impl Scenario {
             Scenario::WholeFiles => "whole-files".into(),
             Scenario::FetchThenLaunch => "fetch-then-launch".into(),
             Scenario::Daemon => "daemon".into(),
+            Scenario::InsertsOnly => "warmstart:inserts-only".into(),
         }
     }
 
@@ -68,6 +81,7 @@ impl Scenario {
             "whole-files" => Scenario::WholeFiles,
             "fetch-then-launch" => Scenario::FetchThenLaunch,
             "daemon" => Scenario::Daemon,
+            "warmstart:inserts-only" => Scenario::InsertsOnly,
             _ => Scenario::Warmstart(Some(s.strip_prefix("warmstart:")?.to_string())),
         })
     }
@@ -87,6 +101,7 @@ impl Scenario {
                 .map(|s| Scenario::Warmstart(Some(s.clone()))),
         );
         v.extend([
+            Scenario::InsertsOnly,
             Scenario::WholeFiles,
             Scenario::FetchThenLaunch,
             Scenario::Daemon,
@@ -558,6 +573,29 @@ fn setup_app(ctx: &Ctx<'_>, app: &AppSpec) -> Result<(), BenchError> {
 /// `warmstart record` as a subprocess. Apps that do not exit by themselves are closed after
 /// each learning run becomes ready (the recorder waits for them to exit between runs).
 fn learn_app(ctx: &Ctx<'_>, app: &AppSpec, res: &mut AppResult) -> Result<(), BenchError> {
+    learn_as(ctx, app, &app.name, None, res)
+}
+
+/// `learn_app` under another name, the kernel events in `hidden` masked (the results go to a
+/// scratch `AppResult`: the app's own figures are its full learning's).
+fn learn_inserts_only(ctx: &Ctx<'_>, app: &AppSpec) -> Result<(), BenchError> {
+    let mut scratch = AppResult::default();
+    learn_as(
+        ctx,
+        app,
+        &inserts_only_name(&app.name),
+        Some(OLD_KERNEL_HIDDEN),
+        &mut scratch,
+    )
+}
+
+fn learn_as(
+    ctx: &Ctx<'_>,
+    app: &AppSpec,
+    name: &str,
+    hidden: Option<&str>,
+    res: &mut AppResult,
+) -> Result<(), BenchError> {
     let mut argv = ctx.ws();
     argv.extend(["record", "--json", "--runs"].map(String::from));
     argv.push(ctx.opts.learn_runs.to_string());
@@ -565,9 +603,12 @@ fn learn_app(ctx: &Ctx<'_>, app: &AppSpec, res: &mut AppResult) -> Result<(), Be
         // The harness closes these apps after each learning run; their status is not theirs.
         argv.push("--allow-failure".into());
     }
-    argv.extend(["--app".to_string(), app.name.clone(), "--".to_string()]);
+    argv.extend(["--app".to_string(), name.to_string(), "--".to_string()]);
     argv.extend(ctx.argv(app));
     let mut cmd = Command::new(&argv[0]);
+    if let Some(h) = hidden {
+        cmd.env("WARMSTART_HIDE_EVENTS", h);
+    }
     cmd.args(&argv[1..])
         .current_dir(ctx.work(app))
         .stdin(Stdio::null())
@@ -831,7 +872,11 @@ fn measure(
     let argv = ctx.argv(app);
     let ready = ctx.ready(app);
     let mut ws_run = ctx.ws();
-    ws_run.extend(["run", "--app", &app.name].map(String::from));
+    let name = match sc {
+        Scenario::InsertsOnly => inserts_only_name(&app.name),
+        _ => app.name.clone(),
+    };
+    ws_run.extend(["run".to_string(), "--app".to_string(), name]);
     if let Scenario::Warmstart(Some(s)) = sc {
         ws_run.extend(["--strategy".to_string(), s.clone()]);
     }
@@ -861,7 +906,7 @@ fn measure(
     };
     let timeline = round == 1 && matches!(sc, Scenario::Cold | Scenario::Warmstart(None));
     let (ms, ok) = match sc {
-        Scenario::Cold | Scenario::Warmstart(_) => {
+        Scenario::Cold | Scenario::Warmstart(_) | Scenario::InsertsOnly => {
             ctx.cold()?;
             let a = if *sc == Scenario::Cold {
                 &argv
@@ -1144,7 +1189,14 @@ pub fn run(
                 ctx.run_one(app, &ctx.argv(app), &ctx.ready(app))
                     .map(|_| ())
             })
-            .and_then(|_| learn_app(&ctx, app, &mut results[i]));
+            .and_then(|_| learn_app(&ctx, app, &mut results[i]))
+            .and_then(|_| {
+                if opts.scenarios.contains(&Scenario::InsertsOnly) {
+                    learn_inserts_only(&ctx, app)
+                } else {
+                    Ok(())
+                }
+            });
         if r.is_ok() {
             results[i].accuracy.floor = floor_of(&ctx.db, &app.name);
         }
