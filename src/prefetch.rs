@@ -42,6 +42,10 @@ pub struct PrefetchOptions {
     /// after it: bandwidth the data then waits for. Measured on the demo
     /// (docs/measurements.md): off from the launch's start, its off-CPU time fell by 2.6 ms.
     pub inode_readahead_off: Option<KnobHold>,
+    /// Most bytes per second to issue (None: as fast as the device takes them). ClusterFetch's
+    /// I/O control (its section 3.3): a burst's prefetch leaves the rest of the disk to the
+    /// applications running meanwhile.
+    pub max_rate: Option<u64>,
 }
 
 /// Where a prefetch's inode-readahead hold comes from.
@@ -115,6 +119,7 @@ impl Default for PrefetchOptions {
             avoid_cpu: None,
             placement: None,
             inode_readahead_off: None,
+            max_rate: None,
         }
     }
 }
@@ -200,6 +205,8 @@ struct Counters {
     /// Data bytes looked at for the warm check (`WARM_PROBE`), and of them resident.
     probed: AtomicU64,
     probed_resident: AtomicU64,
+    /// Bytes counted against `max_rate`.
+    paced: AtomicU64,
 }
 
 /// The plan's first data bytes the prefetch checks to tell a warm launch (the app's files
@@ -445,6 +452,12 @@ struct Engine<'a> {
     planned_blocks: HashSet<(Dev, u64)>,
     /// Set once the plan's first `WARM_PROBE` bytes were found (nearly all) in memory.
     warm: &'a AtomicBool,
+    max_rate: Option<u64>,
+}
+
+/// When, from the prefetch's start, `total` bytes may have been issued at `rate` bytes/s.
+fn due(total: u64, rate: u64) -> std::time::Duration {
+    std::time::Duration::from_secs_f64(total as f64 / rate as f64)
 }
 
 /// Inodes per inode-table block assumed when grouping inode numbers: 256-byte inodes in
@@ -523,7 +536,24 @@ impl Engine<'_> {
         }
     }
 
+    /// Under `max_rate`, wait until `bytes` more may be issued.
+    fn pace(&self, bytes: u64) {
+        if let Some(rate) = self.max_rate {
+            let total = self.c.paced.fetch_add(bytes, Ordering::Relaxed) + bytes;
+            let wait = due(total, rate).saturating_sub(self.start.elapsed());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+
     fn do_work(&self, w: Work, win: &mut Window) {
+        if matches!(
+            self.plan.entries[w.entry as usize],
+            Entry::Data { .. } | Entry::Meta { .. }
+        ) {
+            self.pace(w.len);
+        }
         match self.plan.entries[w.entry as usize] {
             Entry::Data { file, .. } => {
                 let fd = self.file_fd(file);
@@ -862,6 +892,7 @@ fn prefetch_watching(
         window: opts.window,
         planned_blocks: planned_blocks(plan),
         warm,
+        max_rate: opts.max_rate.filter(|&r| r > 0),
     };
     let jobs = opts.jobs.max(1);
     let hold = plan.hold_entries as usize;
@@ -1111,6 +1142,14 @@ mod tests {
         }
     }
 
+    /// `max_rate`'s schedule: n bytes are due n / rate seconds after the start.
+    #[test]
+    fn pacing_spreads_bytes_over_time_at_the_rate() {
+        assert_eq!(due(0, 1000), std::time::Duration::ZERO);
+        assert_eq!(due(500, 1000), std::time::Duration::from_millis(500));
+        assert_eq!(due(3 << 20, 1 << 20), std::time::Duration::from_secs(3));
+    }
+
     /// A plan whose data are all in memory is seen as a warm launch, one whose data are not
     /// is not.
     #[test]
@@ -1205,6 +1244,7 @@ mod tests {
                 avoid_cpu: None,
                 placement: None,
                 inode_readahead_off: None,
+                max_rate: None,
             },
             &AtomicBool::new(false),
         );
@@ -1427,6 +1467,7 @@ mod tests {
                 avoid_cpu: None,
                 placement: None,
                 inode_readahead_off: None,
+                max_rate: None,
             },
             &AtomicBool::new(false),
         );

@@ -94,8 +94,17 @@ fn phase_name(app: &AppRow, lc: &Lifecycle, has_plan: bool) -> &'static str {
 pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> {
     let running = PidFile::running(run_dir);
     let mut apps = Vec::new();
+    let mut bursts = json!({"kept": 0, "active": 0, "hits": 0, "bytes": 0});
     if db.exists() {
         let store = Store::open_read_only(db)?;
+        // ClusterFetch's bursts (`warmstart bursts list` has each).
+        let rows = store.bursts()?;
+        bursts = json!({
+            "kept": rows.len(),
+            "active": rows.iter().filter(|b| b.active).count(),
+            "hits": rows.iter().map(|b| b.hits).sum::<u64>(),
+            "bytes": rows.iter().filter(|b| b.active).map(|b| b.bytes).sum::<u64>(),
+        });
         for app in store.apps()? {
             let lc = lifecycle(&store, &app);
             let plan = store.plan(&app).ok().flatten();
@@ -119,7 +128,8 @@ pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> 
     if json_out {
         println!(
             "{}",
-            json!({"daemon": {"running": running.is_some(), "pid": running}, "apps": apps})
+            json!({"daemon": {"running": running.is_some(), "pid": running}, "apps": apps,
+                   "bursts": bursts})
         );
         return Ok(code::OK);
     }
@@ -127,6 +137,13 @@ pub fn status(db: &Path, json_out: bool, run_dir: &Path) -> anyhow::Result<i32> 
         Some(pid) => println!("daemon: running (pid {pid})"),
         None => println!("daemon: not running (start it: systemctl enable --now warmstart)"),
     }
+    println!(
+        "bursts: {} kept, {} active ({}), prefetched {} times (`warmstart bursts list`)",
+        bursts["kept"],
+        bursts["active"],
+        human_bytes(bursts["bytes"].as_u64().unwrap_or(0)),
+        bursts["hits"]
+    );
     if apps.is_empty() {
         println!("no apps yet");
         return Ok(code::OK);

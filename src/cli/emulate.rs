@@ -32,6 +32,11 @@ struct Report {
     cpu_ms: f64,
     qd1_latency_us: f64,
     files_readable: usize,
+    /// Pages each recorded launch read from disk that a launch-order plan learned from the
+    /// other recorded launches lacks (the paper's held-out miss rate; mean share). None with
+    /// fewer than two launches, or for a trace from another machine (its paths are not
+    /// here to resolve).
+    held_out_miss_rate: Option<f64>,
     scenarios: Vec<Scenario>,
     notes: Vec<String>,
 }
@@ -200,6 +205,27 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
                 .map(|p| models.iter().map(|m| m.miss_rate(p)).sum::<f64>() / models.len() as f64),
         });
     }
+    // Each launch against a plan learned without it (the paper: one sequence as the
+    // prefetcher's input, the others as launches).
+    let held_out_miss_rate = (a.trace.is_none() && export.runs.len() >= 2).then(|| {
+        let rates: Vec<f64> = (0..export.runs.len())
+            .map(|i| {
+                let others: Vec<crate::sequence::RawRun> = export
+                    .runs
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .map(|(_, r)| r.clone())
+                    .collect();
+                let base = crate::learn::base_of(&export.app, &others);
+                crate::learn::plans_for(&base, &facts, None)
+                    .iter()
+                    .find(|p| p.strategy == crate::schedule::Strategy::Fast.name())
+                    .map_or(1.0, |p| models[i].miss_rate(p))
+            })
+            .collect();
+        rates.iter().sum::<f64>() / rates.len() as f64
+    });
     let n = models.len() as f64;
     let report = Report {
         app: export.app.clone(),
@@ -213,6 +239,7 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
         cpu_ms: models.iter().map(|m| m.cpu_ms()).sum::<f64>() / n,
         qd1_latency_us: facts.qd1_latency_us,
         files_readable: files.len(),
+        held_out_miss_rate,
         scenarios,
         notes: vec![
             "file data is read from the device with O_DIRECT; block-device metadata is \
@@ -273,6 +300,13 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
         report.cpu_ms,
         models[0].page_size
     );
+    if let Some(r) = report.held_out_miss_rate {
+        println!(
+            "held-out miss rate: {:.1}% (each recorded launch against a plan learned from the \
+             others)",
+            r * 100.0
+        );
+    }
     for n in &report.notes {
         println!("note: {n}");
     }

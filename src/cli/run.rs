@@ -215,6 +215,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             Some(g) => KnobHold::held(g),
             None => KnobHold::Take(Default::default()),
         }),
+        max_rate: None,
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {

@@ -37,6 +37,9 @@ pub struct Settings {
     pub used_share: f64,
     /// Prefetch workers per burst.
     pub jobs: usize,
+    /// Bytes per second a burst's prefetch may issue (`burst_bandwidth_share` of the
+    /// measured sequential bandwidth); None: no cap.
+    pub max_rate: Option<u64>,
 }
 
 /// Burst prefetches (with their checks) running at once; a trigger opened while this many
@@ -154,6 +157,7 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                     .is_some_and(|at| at.elapsed() < st.check_after)
                 {
                     let (plan, jobs, stop2) = (t.plan.clone(), st.jobs, stop.clone());
+                    let max_rate = st.max_rate;
                     let running2 = running.clone();
                     running.fetch_add(1, Ordering::Relaxed);
                     let spawned = std::thread::Builder::new()
@@ -161,6 +165,7 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                         .spawn(move || {
                             let opts = crate::prefetch::PrefetchOptions {
                                 jobs,
+                                max_rate,
                                 ..Default::default()
                             };
                             crate::prefetch::prefetch(&plan, &opts, &stop2);
@@ -393,6 +398,7 @@ fn fire(
     let inos = check_inos(plan);
     let opts = crate::prefetch::PrefetchOptions {
         jobs: st.jobs,
+        max_rate: st.max_rate,
         ..Default::default()
     };
     let report = crate::prefetch::prefetch(plan, &opts, stop);

@@ -55,6 +55,10 @@ burst_min_kb = 256
 # read by then, it is deactivated (ClusterFetch 2.4: 10 s, 90%).
 burst_check_secs = 10.0
 burst_used_share = 0.9
+# Share of the disk's measured sequential bandwidth a burst's prefetch may use (ClusterFetch
+# 3.3: the running applications keep the rest); 1.0, the default, is no cap (a cap has not
+# been measured against the loadings it would slow).
+burst_bandwidth_share = 1.0
 # The miner's log (entries), and what a burst must reach: log entries per second (0: 2% of
 # the measured device's depth-1 IOPS, at least 100) and entries (ClusterFetch: 6000, 100, 100).
 burst_queue_size = 6000
@@ -122,6 +126,7 @@ pub struct Config {
     pub burst_min_kb: u64,
     pub burst_check_secs: f64,
     pub burst_used_share: f64,
+    pub burst_bandwidth_share: f64,
     pub burst_queue_size: usize,
     pub burst_iops_threshold: f64,
     pub burst_length_threshold: usize,
@@ -153,6 +158,7 @@ impl Default for Config {
             burst_min_kb: 256,
             burst_check_secs: 10.0,
             burst_used_share: 0.9,
+            burst_bandwidth_share: 1.0,
             burst_queue_size: 6000,
             burst_iops_threshold: 0.0,
             burst_length_threshold: 100,
@@ -317,6 +323,9 @@ impl Config {
         if c.jobs == 0 || c.jobs > 64 {
             return Err(bad("jobs", "must be 1..=64"));
         }
+        if !(c.burst_bandwidth_share > 0.0 && c.burst_bandwidth_share <= 1.0) {
+            return Err(bad("burst_bandwidth_share", "must be in (0, 1]"));
+        }
         if c.buffer_kb < 256 {
             return Err(bad("buffer_kb", "must be at least 256"));
         }
@@ -356,7 +365,12 @@ impl Config {
     }
 
     /// The burst service's settings, for a device of `iops_qd1` depth-1 IOPS.
-    pub fn burst_settings(&self, iops_qd1: f64) -> crate::cluster::service::Settings {
+    /// The burst service's settings on a device of these measured facts.
+    pub fn burst_settings(
+        &self,
+        iops_qd1: f64,
+        seq_mib_s: f64,
+    ) -> crate::cluster::service::Settings {
         let mut miner = crate::cluster::miner::MinerConfig::for_device(iops_qd1);
         miner.queue_size = self.burst_queue_size;
         miner.length_threshold = self.burst_length_threshold;
@@ -370,6 +384,8 @@ impl Config {
             check_after: Duration::from_secs_f64(self.burst_check_secs),
             used_share: self.burst_used_share,
             jobs: self.jobs,
+            max_rate: (self.burst_bandwidth_share < 1.0 && seq_mib_s > 0.0)
+                .then_some((self.burst_bandwidth_share * seq_mib_s * 1024.0 * 1024.0) as u64),
         }
     }
 
@@ -410,6 +426,20 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_burst_bandwidth_share_caps_their_prefetch_rate() {
+        let c = Config::parse("burst_bandwidth_share = 0.5\n", "c.toml").unwrap();
+        assert_eq!(
+            c.burst_settings(1000.0, 100.0).max_rate,
+            Some(50 * 1024 * 1024)
+        );
+        assert_eq!(
+            Config::default().burst_settings(1000.0, 100.0).max_rate,
+            None
+        );
+        assert!(Config::parse("burst_bandwidth_share = 0\n", "c.toml").is_err());
+    }
 
     #[test]
     fn defaults_come_from_the_documented_file() {

@@ -1115,7 +1115,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
     let bursts = match sh
         .cfg
         .read()
-        .map(|c| (c.bursts, c.burst_settings(facts.iops_qd1)))
+        .map(|c| (c.bursts, c.burst_settings(facts.iops_qd1, facts.seq_mib_s)))
     {
         Ok((true, settings)) => {
             crate::cluster::service::spawn(opts.db.clone(), settings, burst_stop.clone())
