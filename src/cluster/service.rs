@@ -345,6 +345,33 @@ enum Checked {
 /// Below `used_share` but at least this share used, a burst is trimmed, not dropped.
 const TRIM_SHARE: f64 = 0.5;
 
+/// The note a trimmed burst's plan carries.
+const TRIMMED_NOTE: &str = "trimmed to the pages used after its first prefetch";
+
+#[derive(Debug, PartialEq, Eq)]
+enum Judged {
+    Keep,
+    Trim,
+    Drop,
+}
+
+/// A check's verdict on a burst whose pages were `share` used (`hit_kb` of them). A burst's
+/// first check trims it to what was used however little that share, if that still makes a
+/// burst (`min_kb`): it was mined from page-cache inserts, which hold the kernel's readahead
+/// around what the loading read (mmap read-around is `read_ahead_kb` wide, 8 MiB on this
+/// VM's disk), and a Python loading of numpy, pandas, matplotlib and sympy used 32% of its
+/// 128 MiB burst (bench/lab/loading.py, docs/measurements.md). From then on the paper's rule
+/// holds: under `used_share` trimmed again if at least half was used, else deactivated.
+fn judge(share: f64, hit_kb: u64, first: bool, st: &Settings) -> Judged {
+    if share >= st.used_share {
+        Judged::Keep
+    } else if hit_kb > 0 && (share >= TRIM_SHARE || (first && hit_kb >= st.min_kb)) {
+        Judged::Trim
+    } else {
+        Judged::Drop
+    }
+}
+
 /// `plan` keeping, of the files in `checked`, only the pages in `used`.
 fn trimmed(plan: &Plan, checked: &HashSet<u64>, used: &HashSet<(Dev, u64, u64)>) -> Plan {
     let mut out = plan.clone();
@@ -382,7 +409,7 @@ fn trimmed(plan: &Plan, checked: &HashSet<u64>, used: &HashSet<(Dev, u64, u64)>)
         }
     }
     out.notes
-        .push("trimmed to the pages used after its first prefetch".into());
+        .push(TRIMMED_NOTE.into());
     out
 }
 
@@ -452,12 +479,12 @@ fn fire(
     } else {
         hit as f64 / want.len() as f64
     };
-    let verdict = if share >= st.used_share {
-        Checked::Kept
-    } else if share >= TRIM_SHARE && hit > 0 {
-        Checked::Trimmed(Box::new(trimmed(plan, &checked, &used)))
-    } else {
-        Checked::Dropped
+    let first = !plan.notes.iter().any(|n| n == TRIMMED_NOTE);
+    let hit_kb = hit as u64 * plan.page_size as u64 / 1024;
+    let verdict = match judge(share, hit_kb, first, st) {
+        Judged::Keep => Checked::Kept,
+        Judged::Trim => Checked::Trimmed(Box::new(trimmed(plan, &checked, &used))),
+        Judged::Drop => Checked::Dropped,
     };
     let what = format!(
         "{:.0}% used{}",
@@ -483,6 +510,26 @@ mod tests {
     use super::*;
     use crate::plan::Provenance;
     use crate::resolve::{FileId, FileKind};
+
+    #[test]
+    fn the_first_check_trims_a_burst_later_ones_judge_it() {
+        let st = Settings {
+            miner: crate::cluster::miner::MinerConfig::for_device(1000.0),
+            min_kb: 256,
+            check_after: Duration::from_secs(10),
+            used_share: 0.9,
+            jobs: 1,
+            max_rate: None,
+        };
+        assert_eq!(judge(0.95, 1000, true, &st), Judged::Keep);
+        // Mined with readahead around it: a third used, trimmed to that the first time...
+        assert_eq!(judge(0.32, 40_000, true, &st), Judged::Trim);
+        // ...not once trimmed, nor when too little is left to make a burst.
+        assert_eq!(judge(0.32, 40_000, false, &st), Judged::Drop);
+        assert_eq!(judge(0.32, 100, true, &st), Judged::Drop);
+        assert_eq!(judge(0.6, 40_000, false, &st), Judged::Trim);
+        assert_eq!(judge(0.0, 0, true, &st), Judged::Drop);
+    }
 
     #[test]
     fn a_mostly_used_burst_is_trimmed_to_the_pages_used() {
