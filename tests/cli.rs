@@ -2244,6 +2244,15 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     let st = d.child.wait().unwrap();
     assert!(st.success(), "{st:?}");
     assert_kernel_clean(&before);
+    // Its --run-dir holds its pid file only: the locks and the restore journal of the
+    // kernel setting its traces and prefetches held are the machine's, in /run/warmstart,
+    // shared with `run` and `record` (two domains would let one restore under the other).
+    let mut here: Vec<String> = std::fs::read_dir(sb.path().join("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    here.sort();
+    assert_eq!(here, ["daemon.pid"]);
 }
 
 /// ClusterFetch in the daemon: a running application loads (opens a trigger file, then reads
@@ -3185,4 +3194,58 @@ fn killed_at_random_moments_leaves_nothing_behind() {
         .unwrap();
     assert_eq!(ok, "ok");
     // The privileged guard checks the instances, the knobs and the journal as the test ends.
+}
+
+/// What a person at a terminal sees: `record` says what it is about to do before its first
+/// (silent, seconds-long) learning run, `demo --json` shows its progress on stderr while
+/// stdout stays one JSON line, and `plan list` and `status` label their launch counts
+/// differently (the launch history; the launches the daemon saw). Run under `script`, which
+/// gives the commands a terminal.
+#[test]
+fn a_terminal_gets_feedback() {
+    let Some(_g) = privileged() else { return };
+    if Command::new("script").arg("--version").output().is_err() {
+        return skip("script (util-linux) is needed for this test");
+    }
+    let sb = Sandbox::new();
+    let app = sb.workload(8, 64);
+    let on_tty = |args: &[String]| {
+        let line = args
+            .iter()
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let o = run(Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("WARMSTART_DB", sb.db())
+            .env_remove("WARMSTART_LOG"));
+        assert!(o.status.success(), "{line}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let mut record: Vec<String> = [WS, "record", "--runs", "1", "--app", "tty", "--"]
+        .map(String::from)
+        .to_vec();
+    record.extend(synth_launch(&app));
+    let out = on_tty(&record);
+    assert!(
+        out.contains("learning `tty`: 1 traced launch(es), the page cache dropped before each"),
+        "{out}"
+    );
+    let mut demo: Vec<String> = [WS, "demo", "--rounds", "1", "--runs", "1", "--json", "--"]
+        .map(String::from)
+        .to_vec();
+    demo.extend(synth_launch(&app));
+    let out = on_tty(&demo);
+    assert!(out.contains("learning "), "progress on the terminal: {out}");
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with('{')),
+        "the JSON result: {out}"
+    );
+    let list = String::from_utf8_lossy(&run(sb.ws().args(["plan", "list"])).stdout).into_owned();
+    assert!(list.lines().next().unwrap().contains("history"), "{list}");
+    let status = String::from_utf8_lossy(
+        &run(sb.ws().args(["status", "--run-dir"]).arg(sb.path().join("run"))).stdout,
+    )
+    .into_owned();
+    assert!(status.contains("seen"), "{status}");
 }
