@@ -2270,9 +2270,10 @@ fn daemon_mines_a_loading_burst_and_prefetches_it_when_its_trigger_opens() {
     let config = sb.path().join("config.toml");
     std::fs::write(
         &config,
-        // No excluded directory: the checkout (and so this sandbox) may be under /tmp.
+        // No excluded directory: the checkout (and so this sandbox) may be under /tmp or
+        // /home.
         "include = [\"/nonexistent\"]\nburst_check_secs = 2.0\nburst_min_kb = 64\n\
-         burst_exclude = []\n",
+         burst_exclude = []\nexclude_paths = []\n",
     )
     .unwrap();
     let before = warmstart_instances();
@@ -3227,6 +3228,8 @@ fn a_terminal_gets_feedback() {
         .to_vec();
     record.extend(synth_launch(&app));
     let out = on_tty(&record);
+    // A new database: the disk is measured first, and it says so.
+    assert!(out.contains("measuring the disk"), "{out}");
     assert!(
         out.contains("learning `tty`: 1 traced launch(es), the page cache dropped before each"),
         "{out}"
@@ -3244,7 +3247,11 @@ fn a_terminal_gets_feedback() {
     let list = String::from_utf8_lossy(&run(sb.ws().args(["plan", "list"])).stdout).into_owned();
     assert!(list.lines().next().unwrap().contains("history"), "{list}");
     let status = String::from_utf8_lossy(
-        &run(sb.ws().args(["status", "--run-dir"]).arg(sb.path().join("run"))).stdout,
+        &run(sb
+            .ws()
+            .args(["status", "--run-dir"])
+            .arg(sb.path().join("run")))
+        .stdout,
     )
     .into_owned();
     assert!(status.contains("seen"), "{status}");

@@ -37,9 +37,18 @@ pub struct Settings {
     pub used_share: f64,
     /// Prefetch workers per burst.
     pub jobs: usize,
+    /// Directories whose files are never learned (the daemon's `exclude_paths`): not as
+    /// triggers (they are in `miner.exclude` too), not in a burst.
+    pub private: Vec<String>,
     /// Bytes per second a burst's prefetch may issue (`burst_bandwidth_share` of the
     /// measured sequential bandwidth); None: no cap.
     pub max_rate: Option<u64>,
+}
+
+/// Whether `p` is under one of `dirs` (path prefixes).
+fn under(p: &std::path::Path, dirs: &[String]) -> bool {
+    let s = p.to_string_lossy();
+    dirs.iter().any(|d| s.starts_with(d.as_str()))
 }
 
 /// Burst prefetches (with their checks) running at once; a trigger opened while this many
@@ -262,7 +271,12 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
             if recent {
                 continue;
             }
-            let plan = burst_plan(&b, &|d, i| live.path_of(d, i).cloned());
+            // Files under the private directories (`exclude_paths`) are not learned.
+            let plan = burst_plan(&b, &|d, i| {
+                live.path_of(d, i)
+                    .filter(|p| !under(p, &st.private))
+                    .cloned()
+            });
             if plan.entries.is_empty() || plan.summary().bytes < st.min_kb.saturating_mul(1024) {
                 continue;
             }
@@ -408,8 +422,7 @@ fn trimmed(plan: &Plan, checked: &HashSet<u64>, used: &HashSet<(Dev, u64, u64)>)
             });
         }
     }
-    out.notes
-        .push(TRIMMED_NOTE.into());
+    out.notes.push(TRIMMED_NOTE.into());
     out
 }
 
@@ -520,6 +533,7 @@ mod tests {
             used_share: 0.9,
             jobs: 1,
             max_rate: None,
+            private: vec![],
         };
         assert_eq!(judge(0.95, 1000, true, &st), Judged::Keep);
         // Mined with readahead around it: a third used, trimmed to that the first time...

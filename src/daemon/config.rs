@@ -68,10 +68,11 @@ burst_length_threshold = 100
 # (any other entry), never trigger a burst (beyond pseudo files, icons, fonts, desktop entries
 # and shared libraries): transient files are opened once.
 burst_exclude = ["/tmp/", "/var/tmp/", "/run/", "/var/log/", "/var/lib/warmstart/"]
-# Files under these directories are never learned as an app's data by the daemon: their
-# paths are not stored and their pages not prefetched (an app's own executable and the
-# script it runs still are). Remove "/home/" to let the daemon learn what apps read there
-# (documents, profiles); `warmstart record` learns whatever you point it at.
+# Files under these directories are never learned by the daemon: their paths are not stored
+# and their pages not prefetched, at launches (an app's own executable and the script it runs
+# still are) and in bursts (neither as a trigger nor as part of one). Remove "/home/" to let
+# it learn what apps read there (documents, profiles); `warmstart record` learns whatever you
+# point it at.
 exclude_paths = ["/home/"]
 # If not empty, only these executables are managed (full paths or names).
 include = []
@@ -375,6 +376,13 @@ impl Config {
         miner.queue_size = self.burst_queue_size;
         miner.length_threshold = self.burst_length_threshold;
         miner.exclude = self.burst_exclude.clone();
+        // Private directories are never learned: no trigger there either.
+        miner.exclude.extend(
+            self.exclude_paths
+                .iter()
+                .filter(|p| p.starts_with('/'))
+                .cloned(),
+        );
         if self.burst_iops_threshold > 0.0 {
             miner.iops_threshold = self.burst_iops_threshold;
         }
@@ -384,6 +392,7 @@ impl Config {
             check_after: Duration::from_secs_f64(self.burst_check_secs),
             used_share: self.burst_used_share,
             jobs: self.jobs,
+            private: self.exclude_paths.clone(),
             max_rate: (self.burst_bandwidth_share < 1.0 && seq_mib_s > 0.0)
                 .then_some((self.burst_bandwidth_share * seq_mib_s * 1024.0 * 1024.0) as u64),
         }
@@ -439,6 +448,10 @@ mod tests {
             None
         );
         assert!(Config::parse("burst_bandwidth_share = 0\n", "c.toml").is_err());
+        // exclude_paths keeps bursts out of /home too: no trigger, no file there.
+        let st = Config::default().burst_settings(1000.0, 100.0);
+        assert!(st.miner.exclude.contains(&"/home/".to_string()));
+        assert_eq!(st.private, ["/home/"]);
     }
 
     #[test]
