@@ -76,8 +76,27 @@ fn program_option(i: Interp, opt: &str) -> bool {
 
 fn canonical_arg(a: &str) -> String {
     std::fs::canonicalize(a)
-        .map(|p| p.display().to_string())
+        .map(|p| lossless(p.as_os_str()))
         .unwrap_or_else(|_| a.to_string())
+}
+
+/// `s` as text without losing a byte: valid UTF-8 as it is; otherwise each invalid byte as
+/// `\xNN` (and `\` as `\\`), so that two names differing only in non-UTF-8 bytes stay two
+/// apps (with a lossy conversion, scripts `c-\xff.sh` and `c-\xfe.sh` were one).
+pub fn lossless(s: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let b = s.as_bytes();
+    if let Ok(t) = std::str::from_utf8(b) {
+        return t.to_string();
+    }
+    let mut out = String::new();
+    for chunk in b.utf8_chunks() {
+        out.push_str(&chunk.valid().replace('\\', "\\\\"));
+        for x in chunk.invalid() {
+            out.push_str(&format!("\\x{x:02x}"));
+        }
+    }
+    out
 }
 
 fn selector(i: Interp, args: &[String]) -> Vec<String> {
@@ -121,11 +140,7 @@ impl AppKey {
     /// The key of `argv` (argv[0] already resolved to `exe`).
     pub fn for_command(exe: &Path, argv: &[OsString]) -> AppKey {
         let exe = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
-        let args: Vec<String> = argv
-            .iter()
-            .skip(1)
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let args: Vec<String> = argv.iter().skip(1).map(|a| lossless(a)).collect();
         // A symlink named like an interpreter (python3 -> python3.11) counts too.
         let invoked = argv
             .first()
@@ -146,7 +161,7 @@ impl AppKey {
             .or_else(|| interpreter(&invoked))
             .map(|i| selector(i, &args))
             .unwrap_or_default();
-        let mut key = exe.display().to_string();
+        let mut key = lossless(exe.as_os_str());
         for s in &sel {
             key.push(' ');
             key.push_str(&quote(s));
@@ -177,6 +192,21 @@ impl AppKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Scripts whose names differ only in non-UTF-8 bytes are two apps (issue #30, item 9);
+    /// UTF-8 names keep the keys they had.
+    #[test]
+    fn non_utf8_names_do_not_collide() {
+        use std::os::unix::ffi::OsStringExt;
+        let sh = Path::new("/bin/sh");
+        let key =
+            |name: Vec<u8>| AppKey::for_command(sh, &["sh".into(), OsString::from_vec(name)]).key;
+        let a = key(b"/nonexistent/c-\xff.sh".to_vec());
+        let b = key(b"/nonexistent/c-\xfe.sh".to_vec());
+        assert_ne!(a, b);
+        assert!(a.contains("c-\\xff.sh"), "{a}");
+        assert!(key(b"/nonexistent/caf\xc3\xa9.sh".to_vec()).contains("café.sh"));
+    }
 
     fn key(exe: &str, args: &[&str]) -> String {
         let argv: Vec<OsString> = std::iter::once(exe)
