@@ -124,7 +124,9 @@ pub fn learn(
         let t = trace_launch(&tfs, exe, argv, &opts.trace, interrupt)?;
         let run = RawRun::from_trace(&t, page, &SysBlockDevices);
         last_exit = t.exit;
-        if !t.exit.success() && !opts.allow_failure {
+        // A launch closed at the timeout did not fail: it was still running.
+        let closed = t.ended == crate::trace::EndReason::Timeout;
+        if !t.exit.success() && !closed && !opts.allow_failure {
             return Err(LearnError::CommandFailed {
                 app: key.key.clone(),
                 run: i,

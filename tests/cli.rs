@@ -3251,3 +3251,54 @@ fn a_terminal_gets_feedback() {
     .into_owned();
     assert!(status.contains("seen"), "{status}");
 }
+
+/// `record --timeout` ends a run whose command never exits: the command is closed and the
+/// launch learned (it used to wait for the command forever).
+#[test]
+fn record_closes_a_command_still_running_at_its_timeout() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let mut c = sb
+        .ws()
+        .args([
+            "record",
+            "--runs",
+            "1",
+            "--timeout",
+            "2",
+            "--idle",
+            "60",
+            "--app",
+            "forever",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "cat /etc/hostname > /dev/null; exec sleep 100000",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard against a hang, not a measurement.
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = c.kill();
+            panic!("record still waiting for its command");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(st.success(), "{st:?}");
+    let store = Store::open(&sb.db()).unwrap();
+    assert!(store.find_app("forever").is_ok());
+    // The command was closed, not left behind.
+    let left = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(b"sleep\x00100000"))
+    });
+    assert!(!left, "the command is still running");
+}

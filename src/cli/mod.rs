@@ -391,7 +391,8 @@ pub struct RecordArgs {
     /// Stop tracing a run after this many seconds without file access (FAST's T_idle).
     #[arg(long, default_value = "2", value_parser = parse_secs)]
     pub idle: Duration,
-    /// Stop tracing a run after this many seconds in any case (FAST's T_timeout).
+    /// Stop tracing a run after this many seconds in any case (FAST's T_timeout); a command
+    /// still running then is closed.
     #[arg(long, default_value = "30", value_parser = parse_secs)]
     pub timeout: Duration,
     /// Per-CPU trace ring buffer size in KiB; raise it if a recording reports lost events.

@@ -548,14 +548,19 @@ fn trace_launch_with(
             kill_tree(root);
             (Exit::Signal(libc::SIGTERM), Usage::default())
         }
+        // The timeout is the recording's upper bound: a command still running then (a
+        // server, `sleep infinity`) is closed, as the user asked for the launch to end there;
+        // waiting for it would wait forever (issue #30).
+        None if ended == EndReason::Timeout => {
+            tracing::info!("launch recorded (timeout reached); closing the command");
+            kill_tree(root);
+            (Exit::Signal(libc::SIGTERM), Usage::default())
+        }
         None => {
             if ended != EndReason::Exited {
                 tracing::info!(
-                    "launch recorded ({}); waiting for the command to exit",
-                    match ended {
-                        EndReason::Idle => "no file access for the idle period",
-                        _ => "timeout reached",
-                    }
+                    "launch recorded (no file access for the idle period); waiting for the \
+                     command to exit (close it to go on)"
                 );
             }
             wait_root(root, interrupt)?
