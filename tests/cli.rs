@@ -3302,3 +3302,39 @@ fn record_closes_a_command_still_running_at_its_timeout() {
     });
     assert!(!left, "the command is still running");
 }
+
+/// The daemon leaves warmstart's own launches alone: a `record` of a command it manages is
+/// neither traced nor prefetched by it (a recording the daemon prefetched learned a degraded
+/// plan, issue #30 item 7).
+#[test]
+fn the_daemon_leaves_a_recording_alone() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(16, 64);
+    let config = daemon_config(&sb, &[Path::new(SYNTH)], 1, 16);
+    let d = Daemon::start(&sb, &config);
+    let other = sb.path().join("other.db");
+    let o = run(sb
+        .ws()
+        .env("WARMSTART_DB", &other)
+        .args(["record", "--runs", "2", "--app", "rec", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    // The same command launched twice outside warmstart is learned, so the daemon was
+    // watching: its second launch makes an app.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        d.status(&sb)["apps"].as_array().unwrap().is_empty(),
+        "{}",
+        d.status(&sb)
+    );
+    for _ in 0..2 {
+        let o = run(Command::new(SYNTH).args(&synth_launch(&app)[1..]));
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let t0 = Instant::now();
+    while d.status(&sb)["apps"].as_array().unwrap().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{}", d.status(&sb));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -277,6 +277,26 @@ fn read_argv(pid: i32) -> Option<(PathBuf, Vec<std::ffi::OsString>)> {
 }
 
 /// Whether `pid` (or an ancestor) is a launch the daemon is already handling.
+/// Whether `pid` runs under a warmstart command (`record`, `demo`, `explain`, `run --stats`:
+/// their `warmstart-cli` process is an ancestor). Those launches are warmstart's own: a
+/// recording traced while the daemon prefetched it learned a degraded plan (lookups 49 -> 3,
+/// issue #30 item 7), and a wrapped `run` prefetches for itself.
+fn under_warmstart_command(pid: i32) -> bool {
+    let mut p = pid;
+    for _ in 0..32 {
+        match sys::parent_of(p) {
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
+        }
+        if std::fs::read_to_string(format!("/proc/{p}/comm"))
+            .is_ok_and(|c| c.trim_end() == crate::cli::front::FULL)
+        {
+            return true;
+        }
+    }
+    false
+}
+
 fn part_of_active(sh: &Shared, pid: i32) -> bool {
     let Ok(active) = sh.active.lock() else {
         return false;
@@ -329,7 +349,7 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
             return; // already being prefetched since its exec open
         }
     }
-    if pid as u32 == std::process::id() || part_of_active(sh, pid) {
+    if pid as u32 == std::process::id() || part_of_active(sh, pid) || under_warmstart_command(pid) {
         return;
     }
     let Some((exe, argv)) = read_argv(pid) else {
@@ -459,7 +479,10 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
         Ok(c) => c.clone(),
         Err(_) => return,
     };
-    if !cfg.manages(&key.exe, &key.selector) || part_of_active(sh, pid) {
+    if !cfg.manages(&key.exe, &key.selector)
+        || part_of_active(sh, pid)
+        || under_warmstart_command(pid)
+    {
         return;
     }
     if let Ok(mut e) = sh.early.lock() {
