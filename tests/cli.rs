@@ -3338,3 +3338,41 @@ fn the_daemon_leaves_a_recording_alone() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A command that daemonises (its child outlives it) leaves nothing behind a `record`: the
+/// copy each learning run started is closed when the run ends (it used to be left running,
+/// one per run).
+#[test]
+fn record_closes_what_a_daemonising_command_leaves_running() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let marker = format!("{}", 900_000 + std::process::id() % 99_999);
+    let o = run(sb
+        .ws()
+        .args([
+            "record",
+            "--runs",
+            "2",
+            "--idle",
+            "1",
+            "--app",
+            "daemonising",
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!("cat /etc/hostname > /dev/null; sleep {marker} < /dev/null > /dev/null 2>&1 & exit 0"),
+        ]));
+    assert!(o.status.success(), "{}", text(&o));
+    let left = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| c == format!("sleep\0{marker}\0").as_bytes())
+    });
+    if left {
+        let _ = Command::new("pkill")
+            .args(["-x", "-f", &format!("sleep {marker}")])
+            .status();
+    }
+    assert!(!left, "a daemonised copy is still running");
+}

@@ -566,6 +566,20 @@ fn trace_launch_with(
             wait_root(root, interrupt)?
         }
     };
+    // What the command left running after it exited (it daemonised: the copies were adopted
+    // by us, its subreaper) is closed: a learning run must not leave a copy behind per run
+    // (issue #30, item 12), nor have it read during the next run's trace.
+    let left: Vec<i32> = sys::descendants(std::process::id() as i32)
+        .into_iter()
+        .filter(|p| *p != std::process::id() as i32)
+        .collect();
+    if !left.is_empty() {
+        tracing::info!(
+            "closing {} process(es) the command left running after it exited",
+            left.len()
+        );
+        kill_tree(root);
+    }
     Ok(TracedLaunch {
         root_pid: root,
         start_ts,
