@@ -548,10 +548,13 @@ impl Engine<'_> {
     }
 
     fn do_work(&self, w: Work, win: &mut Window) {
-        if matches!(
-            self.plan.entries[w.entry as usize],
-            Entry::Data { .. } | Entry::Meta { .. }
-        ) {
+        // Only bursts set a rate: a launch's prefetch pays one test per item.
+        if self.max_rate.is_some()
+            && matches!(
+                self.plan.entries[w.entry as usize],
+                Entry::Data { .. } | Entry::Meta { .. }
+            )
+        {
             self.pace(w.len);
         }
         match self.plan.entries[w.entry as usize] {

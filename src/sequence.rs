@@ -307,12 +307,7 @@ impl RawRun {
         // A kernel without the filemap access events (before ~6.12, or masked) shows only
         // the pages a launch read from disk: on a cold launch each was read because the launch
         // (or readahead for it) wanted it, so each insert counts as used.
-        let inserts_only = !t.events.iter().any(|e| {
-            matches!(
-                e.kind,
-                EventKind::MapPages { .. } | EventKind::GetPages { .. } | EventKind::Fault { .. }
-            )
-        });
+        let inserts_only = !t.events.iter().any(|e| e.kind.used_pages().is_some());
         let mut b = Builder::default();
         let mut inode_loads = Vec::new();
         let mut execs = Vec::new();
@@ -340,26 +335,14 @@ impl RawRun {
                         b.mark_used(tg, *index, index + n - 1, rel(e.ts));
                     }
                 }
-                EventKind::MapPages {
-                    dev,
-                    ino,
-                    index,
-                    last,
-                }
-                | EventKind::GetPages {
-                    dev,
-                    ino,
-                    index,
-                    last,
-                } => {
-                    let tg = target(*dev, *ino);
-                    b.touch(tg, *index, (*last).max(*index), rel(e.ts), false);
-                    b.mark_used(tg, *index, (*last).max(*index), rel(e.ts));
-                }
-                EventKind::Fault { dev, ino, index } => {
-                    let tg = target(*dev, *ino);
-                    b.touch(tg, *index, *index, rel(e.ts), false);
-                    b.mark_used(tg, *index, *index, rel(e.ts));
+                EventKind::MapPages { .. }
+                | EventKind::GetPages { .. }
+                | EventKind::Fault { .. } => {
+                    if let Some((dev, ino, first, last)) = e.kind.used_pages() {
+                        let tg = target(dev, ino);
+                        b.touch(tg, first, last, rel(e.ts), false);
+                        b.mark_used(tg, first, last, rel(e.ts));
+                    }
                 }
                 EventKind::SyncReadahead { .. } => sync_readaheads += 1,
                 EventKind::InodeLoad { dev, ino } => inode_loads.push(InodeLoad {

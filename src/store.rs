@@ -210,7 +210,7 @@ fn make_private(path: &Path) {
 impl Store {
     /// Open (creating if needed) the database at `path`, waiting up to 10 s for a lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        Self::open_with(path, std::time::Duration::from_secs(10), 100)
+        Self::open_with(path, std::time::Duration::from_secs(10), 100, true)
     }
 
     /// Open for reading only: nothing is created, converted or migrated, so a user who may
@@ -253,13 +253,14 @@ impl Store {
     /// makes this fail within ~`LAUNCH_BUSY` per statement instead of delaying the launch,
     /// which then runs without prefetching.
     pub fn open_for_launch(path: &Path) -> Result<Store, StoreError> {
-        Self::open_with(path, LAUNCH_BUSY, 0)
+        Self::open_with(path, LAUNCH_BUSY, 0, false)
     }
 
     fn open_with(
         path: &Path,
         busy: std::time::Duration,
         wal_tries: u32,
+        fix_modes: bool,
     ) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             if !dir.exists() {
@@ -277,7 +278,11 @@ impl Store {
             source,
         };
         let conn = Connection::open(path).map_err(sql)?;
-        make_private(path);
+        // Not on a launch's path (three stats more before the app starts): any other command,
+        // the daemon's start among them, fixes an old install's modes.
+        if fix_modes {
+            make_private(path);
+        }
         conn.busy_timeout(busy).map_err(sql)?;
         // Switching to WAL needs a moment alone with the file and reports BUSY without waiting
         // when another process is opening it too; WAL is persistent, so only switch once.

@@ -265,6 +265,14 @@ fn last_json(stream: &[u8], o: &Output) -> serde_json::Value {
     serde_json::from_str(line).unwrap()
 }
 
+/// Whether a process whose command line (NUL-separated, as in /proc) matches is running.
+fn any_process(matches: impl Fn(&[u8]) -> bool) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| matches(&c)))
+}
+
 fn cached_pages(p: &Path) -> u64 {
     warmstart::sys::cached_pages_of(p).unwrap()
 }
@@ -1035,13 +1043,7 @@ fn sigint_during_record_restores_everything() {
     assert_kernel_clean(&before);
     // The workload was terminated with the recording, and nothing was stored.
     let needle = format!("launch\0{}", app.display());
-    let running = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .any(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
-        });
+    let running = any_process(|c| String::from_utf8_lossy(c).contains(&needle));
     assert!(!running, "workload still running");
     let o = run(sb.ws().args(["plan", "show", "slow"]));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
@@ -1778,15 +1780,10 @@ ready = {{ output = "^launched$" }}
     }
     // Nothing of the benchmark keeps running.
     let needle = format!("{}", sb.path().display());
-    let left = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .any(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                String::from_utf8_lossy(&c).contains(&needle)
-                    && !String::from_utf8_lossy(&c).contains("cargo")
-            })
-        });
+    let left = any_process(|c| {
+        String::from_utf8_lossy(c).contains(&needle)
+            && !String::from_utf8_lossy(c).contains("cargo")
+    });
     assert!(!left, "a benchmark process is still running");
 }
 
@@ -3297,9 +3294,7 @@ fn record_closes_a_command_still_running_at_its_timeout() {
     let store = Store::open(&sb.db()).unwrap();
     assert!(store.find_app("forever").is_ok());
     // The command was closed, not left behind.
-    let left = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(b"sleep\x00100000"))
-    });
+    let left = any_process(|c| c.starts_with(b"sleep\x00100000"));
     assert!(!left, "the command is still running");
 }
 
@@ -3365,10 +3360,7 @@ fn record_closes_what_a_daemonising_command_leaves_running() {
             &format!("cat /etc/hostname > /dev/null; sleep {marker} < /dev/null > /dev/null 2>&1 & exit 0"),
         ]));
     assert!(o.status.success(), "{}", text(&o));
-    let left = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| c == format!("sleep\0{marker}\0").as_bytes())
-    });
+    let left = any_process(|c| c == format!("sleep\0{marker}\0").as_bytes());
     if left {
         let _ = Command::new("pkill")
             .args(["-x", "-f", &format!("sleep {marker}")])

@@ -23,7 +23,6 @@ use crate::store::{NewBurst, Store};
 use crate::sys::Dev;
 use crate::trace::session::AccessWatch;
 use crate::trace::tracefs::Tracefs;
-use crate::trace::EventKind;
 
 /// How bursts are learned and used.
 #[derive(Clone, Debug)]
@@ -457,27 +456,10 @@ fn fire(
         }
         std::thread::sleep(POLL);
         for e in watch.events().map_err(|e| e.to_string())? {
-            match e.kind {
-                EventKind::Fault { dev, ino, index } => {
-                    used.insert((dev, ino, index));
+            if let Some((dev, ino, first, last)) = e.kind.used_pages() {
+                for p in first..=last.min(first + (1 << 20)) {
+                    used.insert((dev, ino, p));
                 }
-                EventKind::MapPages {
-                    dev,
-                    ino,
-                    index,
-                    last,
-                }
-                | EventKind::GetPages {
-                    dev,
-                    ino,
-                    index,
-                    last,
-                } => {
-                    for p in index..=last.min(index + (1 << 20)) {
-                        used.insert((dev, ino, p));
-                    }
-                }
-                _ => {}
             }
         }
     }

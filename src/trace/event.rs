@@ -139,6 +139,30 @@ pub enum EventKind {
     Stack(Vec<u64>),
 }
 
+impl EventKind {
+    /// The pages an access event says were used: `(dev, ino, first, last)` of a fault, a
+    /// fault-around or a read lookup; None for every other event (a page-cache insert is a
+    /// read from disk, not a use). Learning and the burst check read accesses the same way.
+    pub fn used_pages(&self) -> Option<(Dev, u64, u64, u64)> {
+        match *self {
+            EventKind::Fault { dev, ino, index } => Some((dev, ino, index, index)),
+            EventKind::MapPages {
+                dev,
+                ino,
+                index,
+                last,
+            }
+            | EventKind::GetPages {
+                dev,
+                ino,
+                index,
+                last,
+            } => Some((dev, ino, index, last.max(index))),
+            _ => None,
+        }
+    }
+}
+
 /// A block request as the block layer saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlockRq {
