@@ -80,14 +80,18 @@ fn canonical_arg(a: &str) -> String {
         .unwrap_or_else(|_| a.to_string())
 }
 
-/// `s` as text without losing a byte: valid UTF-8 as it is; otherwise each invalid byte as
-/// `\xNN` (and `\` as `\\`), so that two names differing only in non-UTF-8 bytes stay two
-/// apps (with a lossy conversion, scripts `c-\xff.sh` and `c-\xfe.sh` were one).
+/// `s` as text without losing a byte: valid UTF-8 without a backslash as it is; otherwise
+/// each invalid byte as `\xNN` and `\` as `\\`, so that two names differing only in
+/// non-UTF-8 bytes stay two apps (with a lossy conversion, scripts `c-\xff.sh` and
+/// `c-\xfe.sh` were one), and a name spelling `\xff` out is not the one holding the byte
+/// (found by fuzzing, `fuzz::app_key`).
 pub fn lossless(s: &std::ffi::OsStr) -> String {
     use std::os::unix::ffi::OsStrExt;
     let b = s.as_bytes();
     if let Ok(t) = std::str::from_utf8(b) {
-        return t.to_string();
+        if !t.contains('\\') {
+            return t.to_string();
+        }
     }
     let mut out = String::new();
     for chunk in b.utf8_chunks() {

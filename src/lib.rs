@@ -21,6 +21,9 @@ pub mod device;
 pub mod emulate;
 pub mod explain;
 pub mod ext4;
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod launch;
 pub mod learn;
 pub mod placement;

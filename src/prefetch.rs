@@ -46,6 +46,9 @@ pub struct PrefetchOptions {
     /// I/O control (its section 3.3): a burst's prefetch leaves the rest of the disk to the
     /// applications running meanwhile.
     pub max_rate: Option<u64>,
+    /// Whom the prefetch reads for (the launching process's credentials); None reads every
+    /// planned file (a launch by root, or `run`, whose app runs as the caller).
+    pub reader: Option<sys::Credentials>,
 }
 
 /// Where a prefetch's inode-readahead hold comes from.
@@ -120,6 +123,7 @@ impl Default for PrefetchOptions {
             placement: None,
             inode_readahead_off: None,
             max_rate: None,
+            reader: None,
         }
     }
 }
@@ -379,33 +383,34 @@ fn reads_exact(fd: &OwnedFd) {
 
 /// Open a planned file and check it is still what the plan recorded. Reads through the
 /// descriptor (a wait for a range, a residency check) bring in only what they ask for.
-fn open_checked(f: &FileId) -> Result<OwnedFd, Errno> {
+/// The check happens on the object's status before it is opened for reading, so a changed,
+/// swapped or grown file is not opened at all; nor is one `reader` may not read.
+fn open_checked(f: &FileId, reader: Option<&sys::Credentials>) -> Result<OwnedFd, Errno> {
     let mut flags = OFlag::empty();
     if f.kind == FileKind::Directory {
         flags |= OFlag::O_DIRECTORY;
     }
+    let is = |st: &nix::sys::stat::FileStat| {
+        let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        match f.kind {
+            FileKind::Regular => fmt == SFlag::S_IFREG,
+            FileKind::Directory => fmt == SFlag::S_IFDIR,
+        }
+    };
+    let accept = |st: &nix::sys::stat::FileStat| {
+        let now = FileId {
+            path: f.path.clone(),
+            dev: Dev::from_user(st.st_dev),
+            ino: st.st_ino,
+            size: st.st_size as u64,
+            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+            kind: f.kind,
+            volatile: false,
+        };
+        is(st) && f.unchanged(&now) && reader.is_none_or(|r| r.may_read(st))
+    };
     // O_NOATIME keeps the prefetch from dirtying inodes; only allowed for owner or root.
-    let (fd, st) = sys::open_planned(&f.path, flags | OFlag::O_NOATIME)?;
-    let kind_ok = match f.kind {
-        FileKind::Regular => {
-            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
-        }
-        FileKind::Directory => {
-            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR
-        }
-    };
-    let now = FileId {
-        path: f.path.clone(),
-        dev: Dev::from_user(st.st_dev),
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
-        kind: f.kind,
-        volatile: false,
-    };
-    if !kind_ok || !f.unchanged(&now) {
-        return Err(Errno::ESTALE);
-    }
+    let (fd, _) = sys::open_planned_if(&f.path, flags | OFlag::O_NOATIME, accept)?;
     if f.kind == FileKind::Regular {
         reads_exact(&fd);
     }
@@ -453,6 +458,7 @@ struct Engine<'a> {
     /// Set once the plan's first `WARM_PROBE` bytes were found (nearly all) in memory.
     warm: &'a AtomicBool,
     max_rate: Option<u64>,
+    reader: Option<sys::Credentials>,
 }
 
 /// When, from the prefetch's start, `total` bytes may have been issued at `rate` bytes/s.
@@ -503,28 +509,30 @@ impl Engine<'_> {
         match &*st {
             Slot::Open(fd) => Some(fd.clone()),
             Slot::Closed => None,
-            Slot::Pending => match open_checked(&self.plan.files[idx as usize]) {
-                Ok(fd) => {
-                    self.c.opened.fetch_add(1, Ordering::Relaxed);
-                    let fd = Arc::new(fd);
-                    *st = Slot::Open(fd.clone());
-                    Some(fd)
-                }
-                Err(Errno::EMFILE | Errno::ENFILE) => {
-                    // Out of descriptors for now: not the file's fault; a later piece retries.
-                    self.c.errors.fetch_add(1, Ordering::Relaxed);
-                    None
-                }
-                Err(e) => {
-                    match e {
-                        Errno::ENOENT | Errno::ENOTDIR => &self.c.missing,
-                        _ => &self.c.stale,
+            Slot::Pending => {
+                match open_checked(&self.plan.files[idx as usize], self.reader.as_ref()) {
+                    Ok(fd) => {
+                        self.c.opened.fetch_add(1, Ordering::Relaxed);
+                        let fd = Arc::new(fd);
+                        *st = Slot::Open(fd.clone());
+                        Some(fd)
                     }
-                    .fetch_add(1, Ordering::Relaxed);
-                    *st = Slot::Closed;
-                    None
+                    Err(Errno::EMFILE | Errno::ENFILE) => {
+                        // Out of descriptors for now: not the file's fault; a later piece retries.
+                        self.c.errors.fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                    Err(e) => {
+                        match e {
+                            Errno::ENOENT | Errno::ENOTDIR => &self.c.missing,
+                            _ => &self.c.stale,
+                        }
+                        .fetch_add(1, Ordering::Relaxed);
+                        *st = Slot::Closed;
+                        None
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -896,6 +904,7 @@ fn prefetch_watching(
         planned_blocks: planned_blocks(plan),
         warm,
         max_rate: opts.max_rate.filter(|&r| r > 0),
+        reader: opts.reader.clone(),
     };
     let jobs = opts.jobs.max(1);
     let hold = plan.hold_entries as usize;
@@ -988,8 +997,8 @@ pub fn wait_resident_entries(plan: &Plan, range: std::ops::Range<usize>) -> usiz
         let Entry::Data { file, offset, len } = *e else {
             continue;
         };
-        let slot =
-            fds[file as usize].get_or_insert_with(|| open_checked(&plan.files[file as usize]).ok());
+        let slot = fds[file as usize]
+            .get_or_insert_with(|| open_checked(&plan.files[file as usize], None).ok());
         if let Some(fd) = slot {
             let _ = nix::sys::uio::pread(fd.as_fd(), &mut b, offset as i64);
             let _ = nix::sys::uio::pread(fd.as_fd(), &mut b, (offset + len - 1) as i64);
@@ -1189,6 +1198,53 @@ mod tests {
         assert!(!warm.load(Ordering::Relaxed), "nothing in memory: cold");
     }
 
+    /// A launch by a user brings in only files that user may read (issue #30): another
+    /// user's 0600 file at a planned path is not even opened.
+    #[test]
+    fn reads_for_a_user_only_what_the_user_may_read() {
+        if !nix::unistd::geteuid().is_root() {
+            crate::testutil::skip("needs root to give a file to another user");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (mine, theirs) = (dir.path().join("mine"), dir.path().join("theirs"));
+        for p in [&mine, &theirs] {
+            std::fs::write(p, vec![3u8; 4 * 4096]).unwrap();
+        }
+        let other = nix::unistd::Uid::from_raw(65533);
+        nix::unistd::chown(
+            &theirs,
+            Some(other),
+            Some(nix::unistd::Gid::from_raw(65533)),
+        )
+        .unwrap();
+        std::fs::set_permissions(&theirs, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let files: Vec<FileId> = [&mine, &theirs]
+            .iter()
+            .map(|p| FileId::of(p).unwrap())
+            .collect();
+        let data = |file| Entry::Data {
+            file,
+            offset: 0,
+            len: 4 * 4096,
+        };
+        let plan = plan_for(files, vec![data(0), data(1)]);
+        let user = sys::Credentials {
+            uid: 1000,
+            gid: 1000,
+            groups: vec![],
+        };
+        for (reader, stale, bytes) in [(Some(user), 1, 4 * 4096), (None, 0, 8 * 4096)] {
+            let opts = PrefetchOptions {
+                reader,
+                ..Default::default()
+            };
+            let r = prefetch(&plan, &opts, &AtomicBool::new(false));
+            assert_eq!((r.files_stale, r.data_bytes), (stale, bytes), "{r:?}");
+        }
+    }
+
     #[test]
     fn replays_data_and_counts_stale_and_missing() {
         let dir = tempfile::tempdir().unwrap();
@@ -1248,6 +1304,7 @@ mod tests {
                 placement: None,
                 inode_readahead_off: None,
                 max_rate: None,
+                reader: None,
             },
             &AtomicBool::new(false),
         );
@@ -1471,6 +1528,7 @@ mod tests {
                 placement: None,
                 inode_readahead_off: None,
                 max_rate: None,
+                reader: None,
             },
             &AtomicBool::new(false),
         );

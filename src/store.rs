@@ -59,6 +59,11 @@ pub enum StoreError {
 /// A stored learning run: (id, recorded at, the run or why it does not decode).
 pub type StoredRun = (i64, i64, Result<RawRun, CodecError>);
 
+/// A stored learning run's blob.
+pub fn decode_raw_run(blob: &[u8]) -> Result<RawRun, CodecError> {
+    codec::decode(RUN_MAGIC, RUN_VERSION, blob)
+}
+
 /// A burst plan to store (ClusterFetch), keyed by its trigger file.
 pub struct NewBurst {
     pub dev: crate::sys::Dev,
@@ -908,7 +913,7 @@ impl Store {
             .map_err(|e| self.sql(e))?;
         Ok(rows
             .into_iter()
-            .map(|(id, at, blob)| (id, at, codec::decode(RUN_MAGIC, RUN_VERSION, &blob)))
+            .map(|(id, at, blob)| (id, at, decode_raw_run(&blob)))
             .collect())
     }
 

@@ -138,6 +138,16 @@ pub fn open_planned(
     path: &Path,
     flags: nix::fcntl::OFlag,
 ) -> Result<(OwnedFd, nix::sys::stat::FileStat), nix::errno::Errno> {
+    open_planned_if(path, flags, |_| true)
+}
+
+/// `open_planned`, opening for reading only an object `accept` takes from its status (a file
+/// swapped, grown or edited since the plan is then not even opened; `ESTALE`).
+pub fn open_planned_if(
+    path: &Path,
+    flags: nix::fcntl::OFlag,
+    accept: impl FnOnce(&nix::sys::stat::FileStat) -> bool,
+) -> Result<(OwnedFd, nix::sys::stat::FileStat), nix::errno::Errno> {
     use nix::errno::Errno;
     use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
     use nix::sys::stat::{fstat, Mode, SFlag};
@@ -152,7 +162,7 @@ pub fn open_planned(
     };
     let st = fstat(&opath)?;
     let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-    if fmt != SFlag::S_IFREG && fmt != SFlag::S_IFDIR {
+    if fmt != SFlag::S_IFREG && fmt != SFlag::S_IFDIR || !accept(&st) {
         return Err(Errno::ESTALE);
     }
     let flags = flags | OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
@@ -175,6 +185,51 @@ pub fn open_planned(
             Ok((fd, now))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Whom a prefetch reads for. A file is read only if these credentials could read it
+/// themselves (read permission as owner, group or other; ACLs are not consulted, so a file
+/// readable through one only is left out): a launch by one user never brings into memory a
+/// file that user may not read (another user's 0600 file at a planned path; issue #30).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// The file-system credentials of a running process (`/proc/PID/status`).
+    pub fn of_process(pid: i32) -> Option<Credentials> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        Credentials::parse_status(&status)
+    }
+
+    fn parse_status(status: &str) -> Option<Credentials> {
+        let ids = |name: &str| -> Option<Vec<u32>> {
+            let line = status.lines().find_map(|l| l.strip_prefix(name))?;
+            line.split_whitespace().map(|v| v.parse().ok()).collect()
+        };
+        // Real, effective, saved, file-system: access checks use the last.
+        let uid = *ids("Uid:")?.get(3)?;
+        let gid = *ids("Gid:")?.get(3)?;
+        let groups = ids("Groups:").unwrap_or_default();
+        Some(Credentials { uid, gid, groups })
+    }
+
+    /// Whether these credentials may read the object of `st`.
+    pub fn may_read(&self, st: &nix::sys::stat::FileStat) -> bool {
+        let mode = st.st_mode;
+        if self.uid == 0 {
+            true
+        } else if st.st_uid == self.uid {
+            mode & 0o400 != 0
+        } else if st.st_gid == self.gid || self.groups.contains(&st.st_gid) {
+            mode & 0o040 != 0
+        } else {
+            mode & 0o004 != 0
+        }
     }
 }
 
@@ -587,6 +642,38 @@ mod tests {
             Some(Errno::ELOOP)
         );
         assert!(super::open_planned(&link, OFlag::empty()).is_err());
+    }
+
+    #[test]
+    fn credentials_read_what_their_owner_could() {
+        // `/proc/PID/status` of a user's shell on this kernel (lines cut).
+        let status = "Name:\tbash\nUmask:\t0022\nUid:\t1000\t1000\t1000\t1000\n\
+            Gid:\t1000\t1000\t1000\t1000\nFDSize:\t256\nGroups:\t4 24 27 1000 \nNStgid:\t7\n";
+        let c = super::Credentials::parse_status(status).unwrap();
+        assert_eq!((c.uid, c.gid, c.groups.len()), (1000, 1000, 4));
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        let st = |mode: u32, uid: u32, gid: u32| {
+            let mut s = nix::sys::stat::stat(&f).unwrap();
+            (s.st_mode, s.st_uid, s.st_gid) = (0o100000 | mode, uid, gid);
+            s
+        };
+        assert!(c.may_read(&st(0o600, 1000, 0)));
+        assert!(
+            !c.may_read(&st(0o600, 1001, 1001)),
+            "another user's 0600 file"
+        );
+        assert!(c.may_read(&st(0o640, 0, 24)), "a supplementary group");
+        assert!(!c.may_read(&st(0o640, 0, 1001)));
+        assert!(c.may_read(&st(0o644, 0, 0)));
+        assert!(
+            !c.may_read(&st(0o044, 1000, 0)),
+            "the owner's bits count for the owner"
+        );
+        let root = super::Credentials::parse_status(&status.replace("1000", "0")).unwrap();
+        assert!(root.may_read(&st(0o000, 1001, 1001)));
+        assert!(super::Credentials::parse_status("Name: x\n").is_none());
     }
 
     #[test]

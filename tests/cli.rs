@@ -1532,6 +1532,142 @@ fn replaced_and_deleted_files_are_counted_stale() {
     assert_eq!(stats["prefetch"]["files_missing"], 1, "{stats}");
 }
 
+/// Hostile objects at planned paths (issue #30, item 10): a FIFO with a writer blocked on it,
+/// a listening socket, a device node, a symbolic link as the last component and as a
+/// directory on the way, a file grown to 64 GiB, a file swapped for a copy with the same
+/// size and mtime. The prefetch neither opens any of them for reading (inotify sees no open
+/// and no access) nor reads them; the app runs as if nothing were there.
+#[test]
+fn hostile_files_at_planned_paths_are_never_opened() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    use std::os::unix::fs::symlink;
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.learned("h", 12, 32);
+    // lib: 0 3 6 9, share: 1 4 7 10, plugins: 2 5 8 11.
+    let p = |i: usize| {
+        app.join(["lib", "share", "plugins"][i % 3])
+            .join(format!("part{i:04}.bin"))
+    };
+    let outside = sb.path().join("outside");
+    std::fs::create_dir_all(outside.join("plugins")).unwrap();
+    let secret = outside.join("secret");
+    std::fs::write(&secret, vec![7u8; 32 << 10]).unwrap();
+    // A FIFO, and a writer blocked until a reader opens it.
+    std::fs::remove_file(p(3)).unwrap();
+    nix::unistd::mkfifo(&p(3), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let fifo = p(3);
+    let writer = std::thread::spawn(move || std::fs::OpenOptions::new().write(true).open(fifo));
+    // A listening socket.
+    std::fs::remove_file(p(6)).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(p(6)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    // A device node (the numbers of /dev/null).
+    std::fs::remove_file(p(9)).unwrap();
+    nix::sys::stat::mknod(
+        &p(9),
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        nix::sys::stat::makedev(1, 3),
+    )
+    .unwrap();
+    // A link as the last component.
+    std::fs::remove_file(p(1)).unwrap();
+    symlink(&secret, p(1)).unwrap();
+    // A file grown to 64 GiB (sparse), its cached pages dropped.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(p(4))
+        .unwrap()
+        .set_len(64 << 30)
+        .unwrap();
+    // A file swapped for a copy with the same size and mtime (a new inode).
+    let mtime = std::fs::metadata(p(7)).unwrap().modified().unwrap();
+    let copy = app.join("copy");
+    std::fs::copy(p(7), &copy).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&copy)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    std::fs::rename(&copy, p(7)).unwrap();
+    // A planned directory swapped for a link to one holding files of the same names.
+    for i in [2, 5, 8, 11] {
+        std::fs::copy(
+            p(i),
+            outside.join("plugins").join(format!("part{i:04}.bin")),
+        )
+        .unwrap();
+    }
+    std::fs::rename(app.join("plugins"), app.join("plugins.real")).unwrap();
+    symlink(outside.join("plugins"), app.join("plugins")).unwrap();
+    // The regular files' pages dropped (`evict` would open the FIFO).
+    let regular = [0, 4, 7, 10].map(p).into_iter().chain([secret.clone()]);
+    for f in regular
+        .chain([2, 5, 8, 11].map(|i| outside.join("plugins").join(format!("part{i:04}.bin"))))
+    {
+        let f = std::fs::File::open(f).unwrap();
+        f.sync_all().unwrap(); // dirty pages stay
+        let dontneed = nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED;
+        nix::fcntl::posix_fadvise(&f, 0, 0, dontneed).unwrap();
+    }
+    assert_eq!(cached_pages(&secret), 0);
+
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).unwrap();
+    let watch = AddWatchFlags::IN_OPEN | AddWatchFlags::IN_ACCESS;
+    let mut watched = std::collections::HashMap::new();
+    for (what, path) in [
+        ("a FIFO", p(3)),
+        ("a device node", p(9)),
+        ("a link's target", secret.clone()),
+        ("a file grown to 64 GiB", p(4)),
+        ("a swapped file", p(7)),
+        ("files behind a linked directory", outside.join("plugins")),
+        ("a planned file left as it was (the control)", p(0)),
+    ] {
+        watched.insert(ino.add_watch(&path, watch).unwrap(), what);
+    }
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "h", "--stats", "--json", "--", "sleep", "1"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let stats = last_json(&o.stderr, &o);
+    let mut seen: Vec<(&str, String)> = Vec::new();
+    while let Ok(events) = ino.read_events() {
+        for e in events {
+            seen.push((watched[&e.wd], format!("{:?} {:?}", e.mask, e.name)));
+        }
+    }
+    let hostile: Vec<_> = seen
+        .iter()
+        .filter(|(w, _)| !w.contains("control"))
+        .collect();
+    assert!(hostile.is_empty(), "opened or read: {hostile:?}\n{stats}");
+    assert!(
+        seen.iter().any(|(w, _)| w.contains("control")),
+        "the watch saw no open of an unchanged planned file: {seen:?}\n{stats}"
+    );
+    assert!(
+        !writer.is_finished(),
+        "the FIFO's blocked writer was released: the FIFO was opened"
+    );
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the socket was connected to"
+    );
+    assert_eq!(cached_pages(&p(4)), 0, "the grown file was read");
+    assert_eq!(cached_pages(&secret), 0, "the link's target was read");
+    // Each hostile object counted stale: the six above and the four files behind the link
+    // (the linked directory's own listing too, when the plan has it).
+    let stale = stats["prefetch"]["files_stale"].as_u64().unwrap();
+    assert!((10..=11).contains(&stale), "{stats}");
+    assert_eq!(stats["prefetch"]["files_missing"], 0, "{stats}");
+    // Release the writer.
+    drop(std::fs::File::open(p(3)).unwrap());
+    writer.join().unwrap().unwrap();
+}
+
 #[test]
 fn without_root_commands_say_so() {
     let Some(_g) = privileged() else { return };

@@ -216,6 +216,8 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             None => KnobHold::Take(Default::default()),
         }),
         max_rate: None,
+        // The app runs as the caller, who may read all it reads.
+        reader: None,
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
     match chosen {

@@ -511,6 +511,8 @@ fn prefetch_launch(
         mem_cap: (cfg.memory_cap_mb > 0).then_some(cfg.memory_cap_mb.saturating_mul(1024 * 1024)),
         avoid_cpu: crate::sys::last_cpu(pid),
         inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
+        // A user's launch brings in only what that user may read (issue #30, item 10).
+        reader: sys::Credentials::of_process(pid).filter(|c| c.uid != 0),
         ..PrefetchOptions::default()
     };
     let running = match Running::start(plan.clone(), opts) {

@@ -90,9 +90,12 @@ fn parse_field(line: &str) -> Result<Field, TraceError> {
         Some(i) if !decl.starts_with("__data_loc") => &decl[..i],
         _ => decl,
     };
+    // After the last character not of an identifier, whatever its width (fuzzing found a
+    // multi-byte one splitting the name inside a character).
     let name_start = without_array
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map(|i| i + 1)
+        .char_indices()
+        .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map(|(i, c)| i + c.len_utf8())
         .unwrap_or(0);
     let name = without_array[name_start..].to_string();
     if name.is_empty() {

@@ -1,0 +1,3 @@
+#![no_main]
+// The target's body is `warmstart::fuzz::blob` (src/fuzz.rs), which the unit tests also run.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| warmstart::fuzz::blob(data));
