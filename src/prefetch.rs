@@ -381,6 +381,58 @@ fn reads_exact(fd: &OwnedFd) {
     );
 }
 
+/// Whether the object of `st` is still the planned file `f`, and `reader` may read it.
+fn still_planned(
+    f: &FileId,
+    st: &nix::sys::stat::FileStat,
+    reader: Option<&sys::Credentials>,
+) -> bool {
+    let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    let kind_ok = match f.kind {
+        FileKind::Regular => fmt == SFlag::S_IFREG,
+        FileKind::Directory => fmt == SFlag::S_IFDIR,
+    };
+    let now = FileId {
+        path: f.path.clone(),
+        dev: Dev::from_user(st.st_dev),
+        ino: st.st_ino,
+        size: st.st_size as u64,
+        mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
+        kind: f.kind,
+        volatile: false,
+    };
+    kind_ok && f.unchanged(&now) && reader.is_none_or(|r| r.may_read(st))
+}
+
+/// What a planned file is now, judged as the prefetch judges it (`plan show` and the
+/// daemon's checks use this, so that they count what `run --stats` counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileState {
+    Unchanged,
+    /// Changed or replaced; something else than a regular file or directory now; or reached
+    /// through a symbolic link: not read.
+    Stale,
+    Missing,
+}
+
+impl FileState {
+    fn of_error(e: Errno) -> FileState {
+        match e {
+            Errno::ENOENT | Errno::ENOTDIR => FileState::Missing,
+            _ => FileState::Stale,
+        }
+    }
+}
+
+/// `f`'s state, without opening it for reading.
+pub fn file_state(f: &FileId) -> FileState {
+    match sys::stat_planned(&f.path) {
+        Ok((_, st)) if still_planned(f, &st, None) => FileState::Unchanged,
+        Ok(_) => FileState::Stale,
+        Err(e) => FileState::of_error(e),
+    }
+}
+
 /// Open a planned file and check it is still what the plan recorded. Reads through the
 /// descriptor (a wait for a range, a residency check) bring in only what they ask for.
 /// The check happens on the object's status before it is opened for reading, so a changed,
@@ -390,25 +442,7 @@ fn open_checked(f: &FileId, reader: Option<&sys::Credentials>) -> Result<OwnedFd
     if f.kind == FileKind::Directory {
         flags |= OFlag::O_DIRECTORY;
     }
-    let is = |st: &nix::sys::stat::FileStat| {
-        let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-        match f.kind {
-            FileKind::Regular => fmt == SFlag::S_IFREG,
-            FileKind::Directory => fmt == SFlag::S_IFDIR,
-        }
-    };
-    let accept = |st: &nix::sys::stat::FileStat| {
-        let now = FileId {
-            path: f.path.clone(),
-            dev: Dev::from_user(st.st_dev),
-            ino: st.st_ino,
-            size: st.st_size as u64,
-            mtime_ns: st.st_mtime * 1_000_000_000 + st.st_mtime_nsec,
-            kind: f.kind,
-            volatile: false,
-        };
-        is(st) && f.unchanged(&now) && reader.is_none_or(|r| r.may_read(st))
-    };
+    let accept = |st: &nix::sys::stat::FileStat| still_planned(f, st, reader);
     // O_NOATIME keeps the prefetch from dirtying inodes; only allowed for owner or root.
     let (fd, _) = sys::open_planned_if(&f.path, flags | OFlag::O_NOATIME, accept)?;
     if f.kind == FileKind::Regular {
@@ -523,8 +557,8 @@ impl Engine<'_> {
                         None
                     }
                     Err(e) => {
-                        match e {
-                            Errno::ENOENT | Errno::ENOTDIR => &self.c.missing,
+                        match FileState::of_error(e) {
+                            FileState::Missing => &self.c.missing,
                             _ => &self.c.stale,
                         }
                         .fetch_add(1, Ordering::Relaxed);

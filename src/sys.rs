@@ -141,16 +141,13 @@ pub fn open_planned(
     open_planned_if(path, flags, |_| true)
 }
 
-/// `open_planned`, opening for reading only an object `accept` takes from its status (a file
-/// swapped, grown or edited since the plan is then not even opened; `ESTALE`).
-pub fn open_planned_if(
-    path: &Path,
-    flags: nix::fcntl::OFlag,
-    accept: impl FnOnce(&nix::sys::stat::FileStat) -> bool,
-) -> Result<(OwnedFd, nix::sys::stat::FileStat), nix::errno::Errno> {
+/// A planned path's object as `open_planned` finds it, not opened for anything but its
+/// status (`O_PATH`, which has no effect on a FIFO or device node): the descriptor and the
+/// status; `ELOOP` for a symbolic link on the way.
+pub fn stat_planned(path: &Path) -> Result<(OwnedFd, nix::sys::stat::FileStat), nix::errno::Errno> {
     use nix::errno::Errno;
     use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag, AT_FDCWD};
-    use nix::sys::stat::{fstat, Mode, SFlag};
+    use nix::sys::stat::{fstat, Mode};
     let path_flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let how = OpenHow::new()
         .flags(path_flags)
@@ -161,6 +158,20 @@ pub fn open_planned_if(
         r => r?,
     };
     let st = fstat(&opath)?;
+    Ok((opath, st))
+}
+
+/// `open_planned`, opening for reading only an object `accept` takes from its status (a file
+/// swapped, grown or edited since the plan is then not even opened; `ESTALE`).
+pub fn open_planned_if(
+    path: &Path,
+    flags: nix::fcntl::OFlag,
+    accept: impl FnOnce(&nix::sys::stat::FileStat) -> bool,
+) -> Result<(OwnedFd, nix::sys::stat::FileStat), nix::errno::Errno> {
+    use nix::errno::Errno;
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{fstat, Mode, SFlag};
+    let (opath, st) = stat_planned(path)?;
     let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
     if fmt != SFlag::S_IFREG && fmt != SFlag::S_IFDIR || !accept(&st) {
         return Err(Errno::ESTALE);

@@ -1663,6 +1663,14 @@ fn hostile_files_at_planned_paths_are_never_opened() {
     let stale = stats["prefetch"]["files_stale"].as_u64().unwrap();
     assert!((10..=11).contains(&stale), "{stats}");
     assert_eq!(stats["prefetch"]["files_missing"], 0, "{stats}");
+    // `plan show` judges the files as the prefetch does (issue #30, item 12: it called the
+    // objects that are not regular files "missing").
+    let show = json(&run(sb.ws().args(["plan", "show", "h", "--json"])));
+    assert_eq!(show["missing_files"], 0, "{show}");
+    assert!(
+        show["stale_files"].as_u64().unwrap() >= stale,
+        "{show}\n{stats}"
+    );
     // Release the writer.
     drop(std::fs::File::open(p(3)).unwrap());
     writer.join().unwrap().unwrap();
@@ -3001,6 +3009,136 @@ fn daemon_learns_a_command_from_its_second_launch_only() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.status(&sb));
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The daemon holds at most `max_instances` tracefs instances whatever launches at once
+/// (issue #30: an exec storm took it to 433): eight new apps launched together, again and
+/// again, with `max_traces` no limit, while the instances are counted every few ms; learning
+/// goes on within the cap.
+#[test]
+fn daemon_holds_at_most_max_instances_tracefs_instances() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let exes: Vec<PathBuf> = (0..8)
+        .map(|i| {
+            let p = sb.path().join(format!("synth-{i}"));
+            std::fs::copy(SYNTH, &p).unwrap();
+            p
+        })
+        .collect();
+    let work = sb.workload(8, 64);
+    let include: Vec<&Path> = exes.iter().map(PathBuf::as_path).collect();
+    let config = daemon_config(&sb, &include, 1000, 0);
+    let mut text_cfg = std::fs::read_to_string(&config).unwrap();
+    text_cfg.push_str("max_traces = 16\nmax_instances = 3\n");
+    std::fs::write(&config, text_cfg).unwrap();
+    let d = Daemon::start(&sb, &config);
+    let prefix = format!("warmstart-{}-", d.child.id());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let peak = std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let n = std::fs::read_dir(Path::new(TRACEFS).join("instances"))
+                    .map(|rd| {
+                        rd.filter_map(Result::ok)
+                            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                            .count()
+                    })
+                    .unwrap_or(0);
+                peak = peak.max(n);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peak
+        });
+        for _ in 0..4 {
+            drop_caches();
+            std::thread::scope(|s| {
+                for exe in &exes {
+                    let work = &work;
+                    s.spawn(move || {
+                        let o = run(Command::new(exe).args([
+                            "launch",
+                            work.to_str().unwrap(),
+                            "--cpu-us",
+                            "20000",
+                        ]));
+                        assert!(o.status.success(), "{}", text(&o));
+                    });
+                }
+            });
+        }
+        // The last traces end after their idle period (1 s).
+        std::thread::sleep(Duration::from_millis(2500));
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        sampler.join().unwrap()
+    });
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert!(
+        peak <= 3,
+        "the daemon held {peak} tracefs instances (cap 3)\n{log}"
+    );
+    assert!(
+        log.contains("learning launch 1/"),
+        "nothing learned within the cap\n{log}"
+    );
+}
+
+/// Issue #30, item 6: an app launched while another app's learning trace still runs (back
+/// to back) got an empty trace that counted as a learning run, and after two it was
+/// "too-small" with a 0 B plan for good (3 of 3). Both apps must learn real plans.
+#[test]
+fn back_to_back_learning_launches_do_not_poison_an_app() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let exes: Vec<PathBuf> = ["synth-a", "synth-b"]
+        .iter()
+        .map(|n| {
+            let p = sb.path().join(n);
+            std::fs::copy(SYNTH, &p).unwrap();
+            p
+        })
+        .collect();
+    let dirs: Vec<PathBuf> = ["wa", "wb"]
+        .iter()
+        .map(|n| sb.workload_in(n, 16, 128))
+        .collect();
+    let include: Vec<&Path> = exes.iter().map(PathBuf::as_path).collect();
+    let config = daemon_config(&sb, &include, 1000, 64);
+    let d = Daemon::start(&sb, &config);
+    let phase = |i: usize| {
+        daemon_app(&d.status(&sb), &exes[i])["phase"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let t0 = Instant::now();
+    while [0, 1].iter().any(|&i| phase(i) != "prefetching") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "never both learned: {}",
+            d.status(&sb)
+        );
+        assert!(
+            [0, 1].iter().all(|&i| phase(i) != "too-small"),
+            "an app ended too small: {}",
+            d.status(&sb)
+        );
+        drop_caches();
+        for i in 0..2 {
+            let o = run(Command::new(&exes[i]).args([
+                "launch",
+                dirs[i].to_str().unwrap(),
+                "--cpu-us",
+                "1000",
+            ]));
+            assert!(o.status.success(), "{}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let store = Store::open(&sb.db()).unwrap();
+    let rows = store.list().unwrap();
+    assert_eq!(rows.iter().filter(|r| r.has_plan).count(), 2, "{rows:?}");
 }
 
 /// `doctor` on this machine: every learning event present, so it can learn; the block device

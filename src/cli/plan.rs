@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{code, fail, fmt_unix, human_bytes, PlanCommand};
 use crate::plan::{Entry, Plan};
-use crate::resolve::FileId;
+use crate::prefetch::FileState;
 use crate::store::Store;
 
 pub(super) fn open_existing(db: &Path) -> anyhow::Result<Store> {
@@ -38,10 +38,10 @@ pub(super) fn open_reading(db: &Path) -> anyhow::Result<Store> {
 fn staleness(plan: &Plan) -> (usize, usize) {
     let (mut stale, mut missing) = (0, 0);
     for f in &plan.files {
-        match FileId::of(&f.path) {
-            None => missing += 1,
-            Some(now) if !f.unchanged(&now) => stale += 1,
-            Some(_) => {}
+        match crate::prefetch::file_state(f) {
+            FileState::Missing => missing += 1,
+            FileState::Stale => stale += 1,
+            FileState::Unchanged => {}
         }
     }
     (stale, missing)

@@ -38,6 +38,10 @@ buffer_kb = 8192
 # Launches traced at once (learning or checking; each a tracefs instance with buffer_kb per
 # CPU): a launch beyond it is not traced, and a later one learns or checks instead.
 max_traces = 4
+# tracefs instances the daemon holds at most: its exec watch, the burst miner, and one per
+# launch traced (or ready to be) and per burst check. With 4, the exec watch and the miner
+# leave room for one traced launch and one burst check at a time.
+max_instances = 4
 # Launches handled at once (a thread each, prefetching or tracing): beyond it, a launch runs
 # without the daemon, so an exec storm costs neither threads nor memory.
 max_workers = 32
@@ -120,6 +124,7 @@ pub struct Config {
     pub jobs: usize,
     pub buffer_kb: u32,
     pub max_traces: usize,
+    pub max_instances: usize,
     pub max_workers: usize,
     pub learn_window_hours: f64,
     pub prune_after_days: u32,
@@ -152,6 +157,7 @@ impl Default for Config {
             jobs: 4,
             buffer_kb: 8192,
             max_traces: 4,
+            max_instances: 4,
             max_workers: 32,
             learn_window_hours: 24.0,
             prune_after_days: 90,
@@ -332,6 +338,10 @@ impl Config {
         }
         if c.max_traces == 0 || c.max_traces > 64 {
             return Err(bad("max_traces", "must be 1..=64"));
+        }
+        // The miner and a burst check's watch, and one launch's trace.
+        if c.max_instances < 3 || c.max_instances > 64 {
+            return Err(bad("max_instances", "must be 3..=64"));
         }
         if c.max_workers < 2 || c.max_workers > 1024 {
             return Err(bad("max_workers", "must be 2..=1024"));

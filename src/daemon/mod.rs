@@ -534,11 +534,12 @@ fn prefetch_launch(
         let tc = trace_config(cfg);
         let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
         release_trace(sh, &app.key);
-        Some(r.map_err(|e| {
-            tracing::warn!(
+        Some(r.map_err(|e| match e {
+            crate::trace::TraceError::InstanceCap(_) => tracing::debug!("{}: {e}", app.key),
+            e => tracing::warn!(
                 "{}: the check could not trace this launch ({e}); judging its files only",
                 app.key
-            )
+            ),
         }))
     } else {
         if let Ok(fd) = sys::pidfd_open(pid) {
@@ -740,7 +741,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
 fn changed_files(plan: &Plan) -> usize {
     plan.files
         .iter()
-        .filter(|f| crate::resolve::FileId::of(&f.path).is_none_or(|now| !f.unchanged(&now)))
+        .filter(|f| crate::prefetch::file_state(f) != crate::prefetch::FileState::Unchanged)
         .count()
 }
 
@@ -822,6 +823,8 @@ fn prepare_next(sh: &Shared, tc: &TraceConfig) {
                 }
             }
         }
+        // At the instance cap a launch is traced when one ends; nothing to report.
+        Err(e @ crate::trace::TraceError::InstanceCap(_)) => tracing::debug!("{e}"),
         Err(e) => tracing::warn!("cannot prepare tracing: {e}"),
     }
 }
@@ -1101,6 +1104,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         }
     });
     let _pid = PidFile::take(&opts.run_dir)?;
+    crate::trace::tracefs::cap_instances(cfg.max_instances);
     let tfs = Tracefs::open()?;
     {
         let knob_dir = Path::new(knobs::RUN_DIR);
@@ -1246,6 +1250,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
                 notify_systemd(&reloading);
                 match Config::load(&opts.config_path) {
                     Ok(c) => {
+                        crate::trace::tracefs::cap_instances(c.max_instances);
                         if let Ok(mut w) = sh.cfg.write() {
                             *w = c;
                         }

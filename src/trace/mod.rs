@@ -38,6 +38,8 @@ pub enum TraceError {
     Fanotify(String),
     #[error(transparent)]
     Launch(#[from] crate::launch::LaunchError),
+    #[error("this process holds its cap of {0} tracefs instances (`max_instances`); the launch is not traced this time")]
+    InstanceCap(usize),
     #[error("interrupted by signal {0}")]
     Interrupted(i32),
 }

@@ -6,6 +6,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
@@ -15,6 +16,24 @@ use super::TraceError;
 
 pub const DEFAULT_MOUNT: &str = "/sys/kernel/tracing";
 pub const INSTANCE_PREFIX: &str = "warmstart-";
+
+/// Instances this process holds, and the most it may hold (`cap_instances`). Each holds
+/// ring buffers of its own (8 MiB per CPU for a launch's trace): an exec storm once took the
+/// daemon to 433 instances and 7.5 GB (issue #30). One count for the whole process, since
+/// the daemon's parts (exec watch, traces, the burst miner and its checks) each open tracefs.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Let this process hold at most `n` tracefs instances from now on (the daemon's
+/// `max_instances`); instances beyond it are refused with `TraceError::InstanceCap`.
+pub fn cap_instances(n: usize) {
+    CAP.store(n, Ordering::SeqCst);
+}
+
+/// The tracefs instances this process holds.
+pub fn live_instances() -> usize {
+    LIVE.load(Ordering::SeqCst)
+}
 
 /// A mounted tracefs.
 #[derive(Clone, Debug)]
@@ -78,11 +97,24 @@ impl Tracefs {
         PageHeader::parse(&read_tracefs(&p).map_err(|e| TraceError::io(&p, e))?)
     }
 
-    /// Create a new private instance, tracing off until `set_on(true)`.
+    /// Create a new private instance, tracing off until `set_on(true)`; `InstanceCap` when
+    /// this process holds as many as `cap_instances` allows.
     pub fn create_instance(&self, tag: &str) -> Result<Instance, TraceError> {
+        let cap = CAP.load(Ordering::SeqCst);
+        if LIVE
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return Err(TraceError::InstanceCap(cap));
+        }
         let name = format!("{INSTANCE_PREFIX}{}-{tag}", std::process::id());
         let dir = self.root.join("instances").join(&name);
-        fs::create_dir(&dir).map_err(|e| TraceError::io(&dir, e))?;
+        if let Err(e) = fs::create_dir(&dir) {
+            LIVE.fetch_sub(1, Ordering::SeqCst);
+            return Err(TraceError::io(&dir, e));
+        }
         let inst = Instance {
             dir,
             name,
@@ -372,6 +404,7 @@ impl Drop for Instance {
                 self.dir.display()
             );
         }
+        LIVE.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
