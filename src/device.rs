@@ -24,6 +24,17 @@ pub struct DeviceFacts {
 }
 
 impl DeviceFacts {
+    /// What is assumed of a device that could not be measured (no room for the probe file):
+    /// a SATA SSD's figures, queueing. Not stored, so the device is measured once it can be.
+    pub fn unmeasured() -> DeviceFacts {
+        DeviceFacts {
+            qd1_latency_us: 100.0,
+            iops_qd1: 10_000.0,
+            iops_qd32: 40_000.0,
+            seq_mib_s: 500.0,
+        }
+    }
+
     /// A device that serves many queued requests much faster than one at a time.
     pub fn queueing(&self) -> bool {
         self.iops_qd32 > 2.0 * self.iops_qd1
@@ -50,6 +61,16 @@ impl DiskTimer for Model {
 }
 
 const PROBE_MB: u64 = 128;
+/// The probe file takes at most a quarter of the free space beside the database, and is not
+/// made below this size: on a 16 MiB filesystem a full-size probe filled it to 100%, and
+/// the next write of the database failed (issue #30).
+const PROBE_MIN_MB: u64 = 16;
+
+/// The probe file's size in MiB for `avail` free bytes, None when there is no room for one.
+fn probe_mb(avail: u64) -> Option<u64> {
+    let mb = (avail / 4 / (1024 * 1024)).min(PROBE_MB);
+    (mb >= PROBE_MIN_MB).then_some(mb)
+}
 
 /// Measurements taken; the best of each figure is kept.
 const PROBE_RUNS: usize = 3;
@@ -63,8 +84,22 @@ const PROBE_RUNS: usize = 3;
 /// 35 µs and 2.6x, and called it non-queueing.
 pub fn measure(dir: &Path) -> std::io::Result<DeviceFacts> {
     nix::unistd::sync();
+    std::fs::create_dir_all(dir)?;
+    let st = nix::sys::statvfs::statvfs(dir)?;
+    let avail = st.blocks_available() as u64 * st.fragment_size() as u64;
+    let mb = probe_mb(avail).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "{} MiB free in {}: measuring the disk needs {} MiB (a scratch file of a quarter of the free space)",
+                avail >> 20,
+                dir.display(),
+                PROBE_MIN_MB * 4
+            ),
+        )
+    })?;
     let runs = (0..PROBE_RUNS)
-        .map(|_| measure_once(dir))
+        .map(|_| measure_once(dir, mb))
         .collect::<std::io::Result<Vec<_>>>();
     // Nothing large is left on disk, whatever the outcome.
     let _ = std::fs::remove_file(dir.join("device-probe"));
@@ -83,16 +118,15 @@ fn best_of(runs: &[DeviceFacts]) -> DeviceFacts {
     }
 }
 
-fn measure_once(dir: &Path) -> std::io::Result<DeviceFacts> {
-    std::fs::create_dir_all(dir)?;
+fn measure_once(dir: &Path, probe_mb: u64) -> std::io::Result<DeviceFacts> {
     let path = dir.join("device-probe");
-    let size = PROBE_MB * 1024 * 1024;
+    let size = probe_mb * 1024 * 1024;
     if std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) != size {
         // Real blocks (not a sparse file), written once for all the probe runs.
         use std::io::Write;
         let mut f = std::fs::File::create(&path)?;
         let chunk: Vec<u8> = (0..1024 * 1024).map(|i| (i * 7 + 13) as u8).collect();
-        for _ in 0..PROBE_MB {
+        for _ in 0..probe_mb {
             f.write_all(&chunk)?;
         }
         f.sync_all()?;
@@ -143,7 +177,7 @@ fn measure_once(dir: &Path) -> std::io::Result<DeviceFacts> {
     let mut buf = aligned(1024 * 1024);
     let o = offset_of(&buf);
     let t = Instant::now();
-    let seq_mb = 64u64;
+    let seq_mb = (probe_mb / 2).max(1);
     for i in 0..seq_mb {
         nix::sys::uio::pread(
             f.as_fd(),
@@ -386,6 +420,17 @@ pub fn open_direct(f: &crate::resolve::FileId) -> Option<std::os::fd::OwnedFd> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_takes_a_quarter_of_the_free_space_or_nothing() {
+        assert_eq!(probe_mb(10 << 30), Some(PROBE_MB));
+        assert_eq!(probe_mb(100 << 20), Some(25));
+        assert_eq!(probe_mb(64 << 20), Some(16));
+        assert_eq!(probe_mb(40 << 20), None, "a 16 MiB filesystem has no room");
+        assert_eq!(probe_mb(0), None);
+    }
+
     use super::*;
 
     #[test]

@@ -417,7 +417,17 @@ pub fn device_facts(store: &mut Store, run_dir: &Path) -> Result<DeviceFacts, Le
         "measuring the disk holding {} once (a few seconds; kept in the database)",
         state_dir.display()
     );
-    let f = crate::device::measure(&state_dir).map_err(|e| LearnError::Device(e.to_string()))?;
+    let f = match crate::device::measure(&state_dir) {
+        Ok(f) => f,
+        // Learning goes on with assumed figures, measured again next time.
+        Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
+            tracing::warn!(
+                "cannot measure the disk: {e}; assuming an SSD until there is room (free some space beside the database)"
+            );
+            return Ok(DeviceFacts::unmeasured());
+        }
+        Err(e) => return Err(LearnError::Device(e.to_string())),
+    };
     tracing::info!(
         "measured device {dev}: {:.0} us per 4 KiB read at depth 1, {:.1}x the IOPS at depth 32 ({}), {:.0} MiB/s sequential",
         f.qd1_latency_us,

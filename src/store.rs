@@ -25,6 +25,8 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("the filesystem holding {path} is full ({avail_kib} KiB free): free some space; warmstart does not open its database then (SQLite could crash on its shared-memory file)")]
+    Full { path: PathBuf, avail_kib: u64 },
     #[error("cannot create {path}: {source}")]
     Dir {
         path: PathBuf,
@@ -212,6 +214,42 @@ fn make_private(path: &Path) {
     }
 }
 
+/// Least free space beside the database for warmstart to open it. SQLite maps its `-shm`
+/// file and writes into it even to read: on a full filesystem whose blocks are smaller than a
+/// page, a write to a hole of that file is a SIGBUS (every command on a full 16 MiB ext4
+/// image died of it, and each `run`'s prefetcher left the inode readahead setting changed;
+/// issue #30). One statvfs, a few µs, also on a launch's path.
+const MIN_FREE: u64 = 1 << 20;
+
+/// `Full` when the filesystem holding `path` (writable) has less than `MIN_FREE` left for
+/// this process.
+fn check_room(path: &Path) -> Result<(), StoreError> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
+        return Ok(()); // not there yet: created on open, or the open reports it
+    };
+    if st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY) {
+        return Ok(());
+    }
+    // Root may use the blocks reserved for it.
+    let blocks = if nix::unistd::geteuid().is_root() {
+        st.blocks_free()
+    } else {
+        st.blocks_available()
+    };
+    let avail = blocks as u64 * st.fragment_size() as u64;
+    if avail < MIN_FREE {
+        return Err(StoreError::Full {
+            path: path.to_path_buf(),
+            avail_kib: avail >> 10,
+        });
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open (creating if needed) the database at `path`, waiting up to 10 s for a lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -227,6 +265,7 @@ impl Store {
             path: path.to_path_buf(),
             source,
         };
+        check_room(path)?;
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -282,6 +321,7 @@ impl Store {
             path: path.to_path_buf(),
             source,
         };
+        check_room(path)?;
         let conn = Connection::open(path).map_err(sql)?;
         // Not on a launch's path (three stats more before the app starts): any other command,
         // the daemon's start among them, fixes an old install's modes.

@@ -1676,6 +1676,109 @@ fn hostile_files_at_planned_paths_are_never_opened() {
     writer.join().unwrap().unwrap();
 }
 
+/// A loop-mounted filesystem image, unmounted (lazily) when dropped.
+struct LoopMount {
+    dir: PathBuf,
+}
+
+impl LoopMount {
+    /// A fresh ext4 image of `mib` MiB mounted under `sb`, or None (with the reason) when
+    /// this machine cannot make one.
+    fn new(sb: &Sandbox, mib: u64) -> Result<LoopMount, String> {
+        let img = sb.path().join("fs.img");
+        std::fs::File::create(&img)
+            .and_then(|f| f.set_len(mib << 20))
+            .map_err(|e| e.to_string())?;
+        let mkfs = Command::new("mkfs.ext4").arg("-q").arg(&img).output();
+        if !mkfs.as_ref().is_ok_and(|o| o.status.success()) {
+            return Err(format!("mkfs.ext4 failed: {mkfs:?}"));
+        }
+        let dir = sb.path().join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let o = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err(format!(
+                "no loop mount: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(LoopMount { dir })
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Issue #30, item 2: a full filesystem holding the database. Every command on it died of
+/// SIGBUS (SQLite's shared-memory file on 1 KiB blocks), each `run` leaving the inode
+/// readahead setting changed, and the 128 MiB device probe filled a small filesystem.
+/// Now: learning works on a 16 MiB filesystem (the disk is assumed, not measured), and once
+/// it is full every command says so and every launch runs, plainly.
+#[test]
+fn a_full_filesystem_stops_no_launch_and_crashes_no_command() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let m = match LoopMount::new(&sb, 16) {
+        Ok(m) => m,
+        Err(why) => return skip(&why),
+    };
+    let db = m.dir.join("state/ws.db");
+    let ws = || {
+        let mut c = Command::new(WS);
+        c.env("WARMSTART_DB", &db).env_remove("WARMSTART_LOG");
+        c
+    };
+    let app = sb.workload(8, 64);
+    let o = run(ws()
+        .args(["record", "--runs", "1", "--app", "f", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !m.dir.join("state/device-probe").exists(),
+        "the probe file is left behind"
+    );
+    // Fill it.
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(m.dir.join("fill")).unwrap();
+        let block = vec![0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+    }
+    for _ in 0..3 {
+        let o = run(ws().args(["run", "--app", "f", "--", "sh", "-c", "exit 7"]));
+        assert_eq!(o.status.code(), Some(7), "the app ran: {}", text(&o));
+        wait_knob_holders_gone();
+    }
+    for args in [
+        &["plan", "list"][..],
+        &["plan", "show", "f"],
+        &["status"],
+        &["record", "--runs", "1", "--app", "g", "--", "true"],
+    ] {
+        let o = run(ws().args(args));
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(
+            one_line_error(&o).contains("full"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+    // Room again: everything works.
+    std::fs::remove_file(m.dir.join("fill")).unwrap();
+    let o = run(ws().args(["plan", "list"]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains(" f"), "{}", text(&o));
+}
+
 #[test]
 fn without_root_commands_say_so() {
     let Some(_g) = privileged() else { return };
