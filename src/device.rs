@@ -431,8 +431,6 @@ mod tests {
         assert_eq!(probe_mb(0), None);
     }
 
-    use super::*;
-
     #[test]
     fn best_of_keeps_the_best_of_each_figure() {
         let f = |lat: f64, qd32: f64, seq: f64| DeviceFacts {

@@ -240,7 +240,7 @@ fn check_room(path: &Path) -> Result<(), StoreError> {
     } else {
         st.blocks_available()
     };
-    let avail = blocks as u64 * st.fragment_size() as u64;
+    let avail = blocks as u64 * st.fragment_size();
     if avail < MIN_FREE {
         return Err(StoreError::Full {
             path: path.to_path_buf(),
