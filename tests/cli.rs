@@ -1676,6 +1676,29 @@ fn hostile_files_at_planned_paths_are_never_opened() {
     writer.join().unwrap().unwrap();
 }
 
+/// Issue #30, item 8: `--mem-cap-mb 2^44` prefetched nothing and 2^44+1 capped at 1 MiB (the
+/// MiB-to-bytes product wrapped). A huge cap is no cap.
+#[test]
+fn a_huge_memory_cap_is_no_cap() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.learned("m", 8, 64);
+    for cap in ["17592186044416", "17592186044417", &u64::MAX.to_string()] {
+        evict(&app);
+        let o = run(sb
+            .ws()
+            .args(["run", "--app", "m", "--mem-cap-mb", cap, "--stats", "--json", "--"])
+            .args(synth_launch(&app)));
+        assert!(o.status.success(), "{}", text(&o));
+        let stats = last_json(&o.stderr, &o);
+        assert_eq!(stats["prefetch"]["capped_bytes"], 0, "cap {cap}: {stats}");
+        assert!(
+            stats["prefetch"]["data_bytes"].as_u64().unwrap() >= 512 << 10,
+            "cap {cap}: {stats}"
+        );
+    }
+}
+
 /// A loop-mounted filesystem image, unmounted (lazily) when dropped.
 struct LoopMount {
     dir: PathBuf,
