@@ -32,6 +32,7 @@ pub mod prefetch;
 pub mod resolve;
 pub mod schedule;
 pub mod sequence;
+pub mod serve;
 pub mod store;
 pub mod sys;
 pub mod trace;

@@ -35,6 +35,38 @@ pub fn for_plan(plan: &Plan) -> Option<Placement> {
     split(&before, irq)
 }
 
+/// The placement for a launch already running (`pid`, found by the daemon after its exec):
+/// as `for_plan`, split from the CPUs the launch may use.
+pub fn for_launch(pid: i32, plan: &Plan) -> Option<Placement> {
+    let before = affinity(pid)?;
+    let irq = irq_cpu(
+        Path::new("/sys"),
+        Path::new("/proc/interrupts"),
+        main_device(plan)?,
+    )?;
+    split(&before, irq)
+}
+
+/// Move a running launch to `cpus`: every thread of `pid` and of its descendants. Returns
+/// how many threads were moved. (`run` starts its application on them instead.)
+pub fn pin(pid: i32, cpus: &[usize]) -> usize {
+    let mut pids = vec![pid];
+    pids.extend(crate::sys::descendants(pid));
+    let mut n = 0;
+    for p in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.filter_map(Result::ok) {
+            let tid = t.file_name().to_string_lossy().parse::<i32>();
+            if tid.is_ok_and(|tid| set_affinity(tid, cpus)) {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 /// The device holding most of the plan's data bytes.
 fn main_device(plan: &Plan) -> Option<Dev> {
     let mut bytes: HashMap<Dev, u64> = HashMap::new();

@@ -1687,7 +1687,16 @@ fn a_huge_memory_cap_is_no_cap() {
         evict(&app);
         let o = run(sb
             .ws()
-            .args(["run", "--app", "m", "--mem-cap-mb", cap, "--stats", "--json", "--"])
+            .args([
+                "run",
+                "--app",
+                "m",
+                "--mem-cap-mb",
+                cap,
+                "--stats",
+                "--json",
+                "--",
+            ])
             .args(synth_launch(&app)));
         assert!(o.status.success(), "{}", text(&o));
         let stats = last_json(&o.stderr, &o);
@@ -3135,6 +3144,59 @@ fn daemon_learns_a_command_from_its_second_launch_only() {
         assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.status(&sb));
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The daemon gives a launch what `run` gives it (issue #26, one orchestration): kept off
+/// the disk's interrupt CPU while the plan is issued, its CPUs back afterwards. The launch's
+/// CPUs are sampled from outside every millisecond.
+#[test]
+fn the_daemon_keeps_a_launch_off_the_interrupt_cpu_like_run() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let exe = sb.path().join("synth-p");
+    std::fs::copy(SYNTH, &exe).unwrap();
+    let work = sb.workload(24, 256);
+    let config = daemon_config(&sb, &[exe.as_path()], 1000, 0);
+    let d = Daemon::start(&sb, &config);
+    let spawn = || {
+        Command::new(&exe)
+            .args(["launch", work.to_str().unwrap(), "--cpu-us", "20000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let launch = || {
+        drop_caches();
+        assert!(spawn().wait().unwrap().success());
+    };
+    d.wait_phase(&sb, "prefetching", launch);
+    let cpus_of = |pid: u32| -> Option<Vec<usize>> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let l = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))?;
+        Some(cpu_list(l.split(':').nth(1)?))
+    };
+    let before = cpus_of(std::process::id()).unwrap();
+    drop_caches();
+    let mut child = spawn();
+    let mut seen: Vec<Vec<usize>> = Vec::new();
+    while child.try_wait().unwrap().is_none() {
+        if let Some(c) = cpus_of(child.id()) {
+            if seen.last() != Some(&c) {
+                seen.push(c);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    if log.contains("no CPU to keep the launch off") {
+        // A multi-queue disk, or interrupts spread over CPUs: nothing to keep apart.
+        return skip("this disk's interrupts do not go to one CPU");
+    }
+    assert!(
+        seen.iter().any(|c| c.len() < before.len()),
+        "never kept off a CPU: {seen:?}\n{log}"
+    );
+    assert_eq!(seen.last(), Some(&before), "{seen:?}");
 }
 
 /// The daemon holds at most `max_instances` tracefs instances whatever launches at once

@@ -30,8 +30,9 @@ use super::{human_bytes, RunArgs};
 use crate::launch::{exit_like, resolve_command, Forwarder, LaunchError};
 use crate::placement::{self, Placement};
 use crate::plan::Plan;
-use crate::prefetch::{KnobHold, PrefetchOptions, PrefetchReport, Running};
+use crate::prefetch::{KnobHold, PrefetchOptions, PrefetchReport};
 use crate::schedule::{auto, Strategy};
+use crate::serve::{Served, Serving};
 use crate::store::{AppRow, LaunchRecord, Store};
 use crate::sys::{self, Exit};
 use crate::trace::knobs::{self, KnobGuard};
@@ -39,9 +40,6 @@ use crate::trace::knobs::{self, KnobGuard};
 /// How long after its start a launch still counts as timed (FAST's T_timeout): a longer-lived
 /// process (an interactive app) gives no launch time.
 const TIMED_LAUNCH: Duration = Duration::from_secs(30);
-/// How long the prefetcher watches closely for a warm launch (the plan's first data found in
-/// memory), to give the application its CPUs back at once.
-const WARM_WATCH: Duration = Duration::from_millis(100);
 /// Dynamic scheduling (Paralfetch 3.3): waits above this share of the plan's entries make the
 /// next launch's schedule more aggressive.
 const WAIT_SHARE: f64 = 0.05;
@@ -268,7 +266,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         None if a.stats => {
             Deferred::end(deferred, None);
             let started = Instant::now();
-            let (exit, usage) = spawn_and_wait(&exe, &a.command, None)?;
+            let (exit, usage) = spawn_and_wait(&exe, &a.command)?;
             print_stats(
                 &key.key,
                 None,
@@ -495,29 +493,6 @@ fn detach_prefetcher(
     }
 }
 
-/// Voluntary context switches of `pid` and its descendants, all threads: how often the
-/// launch slept (mostly waiting for I/O while it starts).
-fn tree_waits(pid: i32) -> u64 {
-    let mut pids = vec![pid];
-    pids.extend(crate::sys::descendants(pid));
-    let mut total = 0;
-    for p in pids {
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in rd.filter_map(Result::ok) {
-            if let Ok(s) = std::fs::read_to_string(t.path().join("status")) {
-                total += s
-                    .lines()
-                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    total
-}
-
 /// The detached prefetcher: run the plan, stop when the application exits, record.
 fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Option<OwnedFd>) -> i32 {
     let Job {
@@ -547,80 +522,34 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
     if let Err(e) = Deferred::signals().thread_unblock() {
         tracing::warn!("cannot unblock signals: {e}");
     }
-    // Launches left pinned by a prefetcher killed before it gave their CPUs back.
-    let repaired = placement::recover(Path::new(crate::trace::knobs::RUN_DIR));
-    if repaired > 0 {
-        tracing::info!(
-            "gave back the CPUs of {repaired} launch(es) a killed prefetcher had pinned"
-        );
-    }
     let Ok(pidfd) = sys::pidfd_open(app_pid) else {
         return 0; // the application is already gone
     };
     let entries = plan.entries.len();
-    let place = opts.placement.clone();
-    let launch_start = placement::Launch::of(app_pid);
-    let run_dir = Path::new(crate::trace::knobs::RUN_DIR);
-    let journal = match (&place, launch_start) {
-        (Some(p), Some(l)) => placement::Journal::note(run_dir, l, p),
-        _ => None,
-    };
-    let (running, head) = match Running::start_holding(Arc::new(plan), opts) {
-        Ok(r) => r,
+    let stopped = || stop.load(Ordering::Relaxed) != 0;
+    // The application pins itself before its exec (`cmd`).
+    let mut serving = match Serving::start(app_pid, Arc::new(plan), opts, false) {
+        Ok(s) => s,
         Err(e) => {
             tracing::warn!("cannot start prefetch threads: {e}");
             return 1;
         }
     };
     if let Some(w) = release {
+        let head = serving.take_head();
         std::thread::spawn(move || {
             if head.recv().is_ok() {
                 let _ = nix::unistd::write(&w, &[1u8]);
             }
         });
     }
+    let mut exited = serving.watch(started, &stopped);
+    // Dropping the hold on the way: the inode readahead setting is back once this returns.
+    let Served { report, waits, .. } = serving.finish(exited);
     let app_gone = |ms: u16| -> bool {
         let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
         matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
     };
-    let mut exited = false;
-    let mut waits = 0;
-    let mut last_sample = Instant::now();
-    let stopped = || stop.load(Ordering::Relaxed) != 0;
-    let mut restored = false;
-    while !running.is_finished() && !stopped() {
-        // Looked at often until the warm check has had its chance.
-        if app_gone(if restored || started.elapsed() > WARM_WATCH {
-            20
-        } else {
-            4
-        }) {
-            exited = true;
-            break;
-        }
-        // A warm launch: nothing to keep the app off the interrupt CPU for.
-        if let (false, true, Some(p), Some(t)) = (restored, running.is_warm(), &place, launch_start)
-        {
-            placement::restore(t, p);
-            restored = true;
-        }
-        if last_sample.elapsed() >= Duration::from_millis(100) {
-            waits = waits.max(tree_waits(app_pid));
-            last_sample = Instant::now();
-        }
-    }
-    if !exited {
-        waits = waits.max(tree_waits(app_pid));
-    }
-    // Also when the app has exited: what it started may still run on the pinned CPUs.
-    if let (Some(p), Some(t)) = (&place, launch_start) {
-        placement::restore(t, p);
-        if let Some(j) = journal {
-            j.done();
-        }
-    }
-    // Dropping the hold on the way: the inode readahead setting is back once this returns.
-    let report = running.stop();
     if stopped() {
         let sig = stop.load(Ordering::Relaxed) as i32;
         tracing::info!("prefetcher stopped by signal {sig}; this launch is not recorded");
@@ -710,42 +639,18 @@ fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec
     }
 }
 
-/// Run the command as a child and wait for it. With a placement, the child starts on the
-/// placement's CPUs (it inherits them from this thread, which gets its own back at once) and
-/// gets its CPUs back when `running` has issued the whole plan.
-fn spawn_and_wait(
-    exe: &Path,
-    argv: &[OsString],
-    place: Option<(&Placement, &Running)>,
-) -> anyhow::Result<(Exit, sys::Usage)> {
-    if let Some((p, _)) = place {
-        sys::set_affinity(0, &p.app);
-    }
-    let spawned = std::process::Command::new(exe)
+/// Run the command as a child, unprefetched, and wait for it.
+fn spawn_and_wait(exe: &Path, argv: &[OsString]) -> anyhow::Result<(Exit, sys::Usage)> {
+    let child = std::process::Command::new(exe)
         .arg0(&argv[0])
         .args(&argv[1..])
-        .spawn();
-    if let Some((p, _)) = place {
-        sys::set_affinity(0, &p.before);
-    }
-    let child = spawned.map_err(|source| LaunchError::Exec {
-        path: exe.display().to_string(),
-        source,
-    })?;
+        .spawn()
+        .map_err(|source| LaunchError::Exec {
+            path: exe.display().to_string(),
+            source,
+        })?;
     let pid = child.id() as i32;
     let forwarder = Forwarder::start(pid).context("installing signal forwarding")?;
-    if let (Some((p, running)), Some(t)) = (place, placement::Launch::of(pid)) {
-        // Wait for the plan or the child's exit, whichever comes first.
-        if let Ok(pidfd) = sys::pidfd_open(pid) {
-            let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-            while !running.is_finished() && !running.is_warm() {
-                if matches!(poll(&mut fds, PollTimeout::from(20u16)), Ok(n) if n > 0) {
-                    break;
-                }
-            }
-        }
-        placement::restore(t, p);
-    }
     let (_, exit, usage) = sys::wait4(pid, false)
         .context("waiting for the command")?
         .ok_or_else(|| anyhow::anyhow!("wait4 returned no status"))?;
@@ -775,24 +680,31 @@ fn wrapped(
     let hold = plan.hold_entries > 0;
     let started = Instant::now();
     let place = (!a.share_cpu).then(|| placement::for_plan(&plan)).flatten();
-    // The application is not started yet; it will most likely start on this CPU.
+    // The application, forked but held before its exec: served like any launch from here.
+    let child = crate::launch::spawn_gated(exe, &a.command, false)?;
     let opts = PrefetchOptions {
         avoid_cpu: (!a.share_cpu).then(sys::current_cpu).flatten(),
         placement: place.clone(),
         ..opts
     };
-    let (running, head) =
-        Running::start_holding(Arc::new(plan), opts).context("starting the prefetch thread")?;
+    let mut serving = Serving::start(child.pid(), Arc::new(plan), opts, true)
+        .context("starting the prefetch thread")?;
     let held_ms = if hold {
-        let _ = head.recv_timeout(hold_cap);
+        serving.wait_head(hold_cap);
         Some(started.elapsed().as_secs_f64() * 1e3)
     } else {
         None
     };
-    let (exit, usage) = spawn_and_wait(exe, &a.command, place.as_ref().map(|p| (p, &running)))?;
+    let pid = child.release()?;
+    let forwarder = Forwarder::start(pid).context("installing signal forwarding")?;
+    serving.watch(started, &|| false);
+    let (_, exit, usage) = sys::wait4(pid, false)
+        .context("waiting for the command")?
+        .ok_or_else(|| anyhow::anyhow!("wait4 returned no status"))?;
+    drop(forwarder);
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     // The launch is over: stop issuing requests that can no longer help it.
-    let report = running.stop();
+    let report = serving.finish(true).report;
     let (exit_code, signal) = match exit {
         Exit::Code(c) => (Some(c), None),
         Exit::Signal(s) => (None, Some(s)),

@@ -25,9 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::AppKey;
 use crate::plan::{Entry, Plan};
-use crate::prefetch::{PrefetchOptions, Running};
+use crate::prefetch::PrefetchOptions;
 use crate::schedule::{auto, Strategy};
 use crate::sequence::{RawRun, SysBlockDevices, Target};
+use crate::serve::Serving;
 use crate::store::{AppRow, LaunchRecord, Store, StoreError};
 use crate::sys::{self, monotonic_ns};
 use crate::trace::tracefs::Tracefs;
@@ -515,8 +516,23 @@ fn prefetch_launch(
         reader: sys::Credentials::of_process(pid).filter(|c| c.uid != 0),
         ..PrefetchOptions::default()
     };
-    let running = match Running::start(plan.clone(), opts) {
-        Ok(r) => r,
+    // What `run` gives a launch, as early as a launch found after its exec can have it: the
+    // executable's pages in the order exec and the loader want them, the application kept
+    // off the disk's interrupt CPU while the plan is issued, the prefetch beside it.
+    crate::prefetch::warm_executable(Path::new(&app.exe), Some(&plan));
+    let placement = crate::placement::for_launch(pid, &plan);
+    match &placement {
+        Some(p) => tracing::debug!(
+            "{}: launch on CPUs {:?} while the plan is issued",
+            app.key,
+            p.app
+        ),
+        None => tracing::debug!("{}: no CPU to keep the launch off", app.key),
+    }
+    let opts = PrefetchOptions { placement, ..opts };
+    let started = Instant::now();
+    let serving = match Serving::start(pid, plan.clone(), opts, true) {
+        Ok(s) => s,
         Err(e) => {
             tracing::warn!("{}: cannot start prefetching: {e}", app.key);
             return;
@@ -530,29 +546,40 @@ fn prefetch_launch(
         .unwrap_or_default();
     // A relearning app's launches are prefetched with its old plan and traced to learn from.
     let check = (relearning || since_check + 1 >= cfg.n_chk) && claim_trace(sh, &app.key);
-    let checked = if check {
+    let (served, checked) = if check {
+        // Served on a thread of its own meanwhile, so that the launch gets its CPUs back
+        // when the plan is issued, not when the trace ends.
+        let sh2 = sh.clone();
+        let watcher = std::thread::Builder::new()
+            .name("warmstart-serve".into())
+            .spawn(move || {
+                let mut serving = serving;
+                let exited = serving.watch(started, &|| sh2.stop.load(Ordering::SeqCst));
+                serving.finish(exited)
+            });
         let tc = trace_config(cfg);
         let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
         release_trace(sh, &app.key);
-        Some(r.map_err(|e| match e {
+        let checked = Some(r.map_err(|e| match e {
             crate::trace::TraceError::InstanceCap(_) => tracing::debug!("{}: {e}", app.key),
             e => tracing::warn!(
                 "{}: the check could not trace this launch ({e}); judging its files only",
                 app.key
             ),
-        }))
-    } else {
-        if let Ok(fd) = sys::pidfd_open(pid) {
-            while !running.is_finished() && !sh.stop.load(Ordering::SeqCst) {
-                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-                if matches!(poll(&mut fds, PollTimeout::from(20u16)), Ok(n) if n > 0) {
-                    break;
-                }
+        }));
+        match watcher.map(|w| w.join()) {
+            Ok(Ok(served)) => (served, checked),
+            _ => {
+                tracing::warn!("{}: the prefetch's watcher failed", app.key);
+                return;
             }
         }
-        None
+    } else {
+        let mut serving = serving;
+        let exited = serving.watch(started, &|| sh.stop.load(Ordering::SeqCst));
+        (serving.finish(exited), None)
     };
-    let report = running.stop();
+    let report = served.report;
     // Measured from the exec event's kernel time; a launch picked up at its exec open
     // can have started prefetching before that (a negative latency).
     let exec_ts = sh
