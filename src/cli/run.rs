@@ -813,7 +813,13 @@ fn print_stats(
         r.inodes_stale,
         r.names_stated,
         r.entries_done,
-        if r.stopped_early { ", stopped when the app exited" } else { "" }
+        if r.stopped_early {
+            ", stopped when the app exited"
+        } else if r.stopped_warm {
+            ", stopped: the plan was in memory already"
+        } else {
+            ""
+        }
     );
     eprintln!(
         "  files:      {} opened, {} stale, {} missing; {} entries skipped, {} capped, {} errors",
