@@ -1295,7 +1295,7 @@ mod tests {
         let (lib, own) = (dir.path().join("lib"), dir.path().join("own"));
         std::fs::write(&lib, vec![1u8; 4 << 20]).unwrap();
         std::fs::write(&own, vec![2u8; 8 << 20]).unwrap();
-        let _ = nix::unistd::sync();
+        nix::unistd::sync();
         crate::testutil::evict(&own);
         if sys::cached_pages_of(&own).unwrap() > 0 {
             return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
