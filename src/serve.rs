@@ -56,12 +56,7 @@ impl Serving {
         pin: bool,
     ) -> std::io::Result<Serving> {
         let run_dir = Path::new(crate::trace::knobs::RUN_DIR);
-        let repaired = placement::recover(run_dir);
-        if repaired > 0 {
-            tracing::info!(
-                "gave back the CPUs of {repaired} launch(es) a killed prefetcher had pinned"
-            );
-        }
+        recover_placements();
         let pidfd = sys::pidfd_open(pid).ok();
         let place = opts
             .placement
@@ -163,6 +158,18 @@ impl Serving {
             exited,
             waits: self.waits,
         }
+    }
+}
+
+/// Give back the CPUs of launches whose prefetcher was killed before it could (their notes
+/// under the run directory). `Serving::start` does it; a prefetcher whose application is
+/// already gone does it too, before it returns.
+pub fn recover_placements() {
+    let repaired = placement::recover(Path::new(crate::trace::knobs::RUN_DIR));
+    if repaired > 0 {
+        tracing::info!(
+            "gave back the CPUs of {repaired} launch(es) a killed prefetcher had pinned"
+        );
     }
 }
 

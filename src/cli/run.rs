@@ -265,6 +265,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         }
         None if a.stats => {
             Deferred::end(deferred, None);
+            crate::serve::recover_placements();
             let started = Instant::now();
             let (exit, usage) = spawn_and_wait(&exe, &a.command)?;
             print_stats(
@@ -306,6 +307,9 @@ fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, exe_bytes: u64, exe_cac
             sys::close_inherited_fds();
             // SAFETY: as above; this process is single-threaded.
             if let Ok(ForkResult::Child) = unsafe { fork() } {
+                // A plain launch repairs what a killed prefetcher left pinned, as a
+                // prefetched one does.
+                crate::serve::recover_placements();
                 if let Ok(pidfd) = sys::pidfd_open(app_pid) {
                     let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
                     let left = TIMED_LAUNCH.saturating_sub(t0.elapsed()).as_millis();
@@ -523,7 +527,10 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
         tracing::warn!("cannot unblock signals: {e}");
     }
     let Ok(pidfd) = sys::pidfd_open(app_pid) else {
-        return 0; // the application is already gone
+        // The application is already gone; launches a killed prefetcher pinned still get
+        // their CPUs back.
+        crate::serve::recover_placements();
+        return 0;
     };
     let entries = plan.entries.len();
     let stopped = || stop.load(Ordering::Relaxed) != 0;
