@@ -26,17 +26,11 @@ pub struct Placement {
 /// disk the plan reads most from do not go to one CPU this process may use, or when that is
 /// the only one.
 pub fn for_plan(plan: &Plan) -> Option<Placement> {
-    let before = affinity(0)?;
-    let irq = irq_cpu(
-        Path::new("/sys"),
-        Path::new("/proc/interrupts"),
-        main_device(plan)?,
-    )?;
-    split(&before, irq)
+    for_launch(0, plan)
 }
 
-/// The placement for a launch already running (`pid`, found by the daemon after its exec):
-/// as `for_plan`, split from the CPUs the launch may use.
+/// The placement for a launch already running (`pid`, found by the daemon after its exec; 0
+/// for this process): as `for_plan`, split from the CPUs the launch may use.
 pub fn for_launch(pid: i32, plan: &Plan) -> Option<Placement> {
     let before = affinity(pid)?;
     let irq = irq_cpu(
@@ -166,7 +160,7 @@ struct Noted {
     placement: Placement,
 }
 
-/// A prefetcher's note of the application it pinned (`RUN_DIR/placements/<pid>`), removed
+/// A prefetcher's note of the application it pinned (`RUN_DIR/placements/<pid>-<n>`), removed
 /// when it is done. Dropped without `done` (an early return, a panic), it gives the CPUs back
 /// itself.
 pub struct Journal {
@@ -182,7 +176,10 @@ impl Journal {
         let me = std::process::id() as i32;
         let dir = run_dir.join(JOURNALS);
         std::fs::create_dir_all(&dir).ok()?;
-        let path = dir.join(me.to_string());
+        // One note per launch: the daemon serves several at once.
+        static NOTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NOTES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("{me}-{n}"));
         let noted = Noted {
             prefetcher_start: crate::sys::start_time(me)?,
             launch,
@@ -220,7 +217,9 @@ pub fn recover(run_dir: &Path) -> usize {
     };
     let mut n = 0;
     for e in rd.filter_map(Result::ok) {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+        // `<prefetcher pid>-<n>` (or `<pid>`, as older versions wrote it).
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.split('-').next().unwrap_or_default().parse::<i32>() else {
             continue;
         };
         let noted = std::fs::read(e.path())
@@ -493,7 +492,10 @@ mod tests {
             0,
             "its prefetcher (this process) still runs"
         );
-        let dead = run.path().join("placements").join(i32::MAX.to_string());
+        let dead = run
+            .path()
+            .join("placements")
+            .join(format!("{}-7", i32::MAX));
         std::fs::rename(&path, &dead).unwrap();
         assert_eq!(recover(run.path()), 1);
         assert_eq!(affinity(pa), Some(before.clone()));
