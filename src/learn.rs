@@ -178,7 +178,7 @@ pub fn learn(
         store.add_launch(
             app_id,
             &LaunchRecord {
-                at_unix: now_unix(),
+                at_unix: crate::sys::now_unix(),
                 mode: "record".into(),
                 wall_ms: r.duration_ns as f64 / 1e6,
                 exit_code,
@@ -201,7 +201,7 @@ pub fn learn(
             store.add_launch(
                 app_id,
                 &LaunchRecord {
-                    at_unix: now_unix(),
+                    at_unix: crate::sys::now_unix(),
                     mode: "run".into(),
                     wall_ms: ms,
                     strategy: Some(crate::schedule::auto::PLAIN.into()),
@@ -480,13 +480,6 @@ pub fn replan_paralfetch(
         .collect();
     store.put_plan(app.id, &plan)?;
     Ok(())
-}
-
-fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -174,13 +174,6 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 /// How long a statement on a launch's path waits for a lock held elsewhere. Reading the
 /// plan takes ~1 ms; a writer (the daemon, a `record`) holds the lock for milliseconds.
 pub const LAUNCH_BUSY: std::time::Duration = std::time::Duration::from_millis(25);
@@ -565,7 +558,11 @@ impl Store {
             .execute(
                 "INSERT INTO apps(key, exe, created_at) VALUES(?1, ?2, ?3)
                  ON CONFLICT(key) DO UPDATE SET exe = excluded.exe",
-                params![key.key, key.exe.display().to_string(), now_unix()],
+                params![
+                    key.key,
+                    key.exe.display().to_string(),
+                    crate::sys::now_unix()
+                ],
             )
             .map_err(|e| self.sql(e))?;
         self.app_by_key(&key.key)?
@@ -594,7 +591,7 @@ impl Store {
             let blob = codec::encode(RUN_MAGIC, RUN_VERSION, r)?;
             tx.execute(
                 "INSERT INTO runs(app_id, recorded_at, data) VALUES(?1, ?2, ?3)",
-                params![app_id, now_unix(), blob],
+                params![app_id, crate::sys::now_unix(), blob],
             )
             .map_err(sql)?;
             ids.push(tx.last_insert_rowid());
@@ -616,7 +613,7 @@ impl Store {
         self.conn
             .execute(
                 "INSERT INTO runs(app_id, recorded_at, data) VALUES(?1, ?2, ?3)",
-                params![app_id, now_unix(), blob],
+                params![app_id, crate::sys::now_unix(), blob],
             )
             .map_err(|e| self.sql(e))?;
         let n: i64 = self
@@ -737,7 +734,7 @@ impl Store {
                 params![
                     app_id,
                     plan.strategy,
-                    now_unix(),
+                    crate::sys::now_unix(),
                     s.entries as i64,
                     s.bytes as i64,
                     blob
@@ -1054,7 +1051,7 @@ impl Store {
             .execute(
                 "INSERT INTO devices(dev, facts, measured_at) VALUES(?1, ?2, ?3)
                  ON CONFLICT(dev) DO UPDATE SET facts = excluded.facts, measured_at = excluded.measured_at",
-                params![dev, j, now_unix()],
+                params![dev, j, crate::sys::now_unix()],
             )
             .map_err(|e| self.sql(e))?;
         Ok(())
@@ -1217,7 +1214,7 @@ mod tests {
         let mut plan = sample_plan();
         s.save_learning(old, &[raw_run()], std::slice::from_mut(&mut plan))
             .unwrap();
-        let now = now_unix();
+        let now = crate::sys::now_unix();
         s.add_launch(
             used,
             &LaunchRecord {

@@ -199,6 +199,14 @@ pub fn open_planned_if(
     }
 }
 
+/// Seconds since the Unix epoch (0 if the clock is before it): the time stamps of the
+/// database's rows.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// Whom a prefetch reads for. A file is read only if these credentials could read it
 /// themselves (read permission as owner, group or other; ACLs are not consulted, so a file
 /// readable through one only is left out): a launch by one user never brings into memory a

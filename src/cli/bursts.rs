@@ -94,7 +94,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
                             dev: b.trigger.dev,
                             ino: b.trigger.ino,
                             path: b.trigger.path.clone(),
-                            created_at: crate::cluster::service::now_unix(),
+                            created_at: crate::sys::now_unix(),
                             alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
                             plan: plan.clone(),
                         },

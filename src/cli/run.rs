@@ -145,13 +145,6 @@ fn device_queueing(store: &Store, db: &Path) -> bool {
         .unwrap_or(true)
 }
 
-fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     // The launch's start, as far as this process can tell: its time is the launch's.
     let t0 = Instant::now();
@@ -318,7 +311,7 @@ fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, exe_bytes: u64, exe_cac
                         Ok(n) if n > 0
                     );
                     let rec = LaunchRecord {
-                        at_unix: now_unix(),
+                        at_unix: crate::sys::now_unix(),
                         mode: "run".into(),
                         wall_ms: if exited {
                             t0.elapsed().as_secs_f64() * 1e3
@@ -571,7 +564,7 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
         exited = app_gone(left.max(1));
     }
     let rec = LaunchRecord {
-        at_unix: now_unix(),
+        at_unix: crate::sys::now_unix(),
         mode: "run".into(),
         wall_ms: if exited {
             started.elapsed().as_secs_f64() * 1e3
@@ -717,7 +710,7 @@ fn wrapped(
         Exit::Signal(s) => (None, Some(s)),
     };
     let rec = LaunchRecord {
-        at_unix: now_unix(),
+        at_unix: crate::sys::now_unix(),
         mode: "run".into(),
         wall_ms,
         exit_code,

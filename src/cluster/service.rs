@@ -57,12 +57,6 @@ const MAX_RUNNING: usize = 2;
 const CHECK_FILES: usize = 64;
 const POLL: Duration = Duration::from_millis(100);
 
-pub fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 /// A trigger: its burst, path and plan (kept in memory: the prefetch starts the moment the
 /// file is opened).
 #[derive(Clone)]
@@ -284,7 +278,7 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                     dev: b.trigger.dev,
                     ino: b.trigger.ino,
                     path: b.trigger.path.clone(),
-                    created_at: now_unix(),
+                    created_at: crate::sys::now_unix(),
                     alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
                     plan: plan.clone(),
                 },
@@ -442,7 +436,9 @@ fn fire(
     };
     let report = crate::prefetch::prefetch(plan, &opts, stop);
     let mut store = Store::open(db).map_err(|e| e.to_string())?;
-    store.burst_hit(id, now_unix()).map_err(|e| e.to_string())?;
+    store
+        .burst_hit(id, crate::sys::now_unix())
+        .map_err(|e| e.to_string())?;
     tracing::info!(
         "bursts: {} opened, prefetched burst #{id} ({} bytes)",
         t.path.display(),

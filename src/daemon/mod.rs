@@ -202,7 +202,7 @@ fn refresh_cache(sh: &Shared) {
     let _lc = lc_guard(sh);
     let prune_days = sh.cfg.read().map(|c| c.prune_after_days).unwrap_or(0);
     if prune_days > 0 {
-        let before = unix_now() - i64::from(prune_days) * 86_400;
+        let before = crate::sys::now_unix() - i64::from(prune_days) * 86_400;
         match s.prune_apps(before) {
             Ok(gone) if !gone.is_empty() => tracing::info!(
                 "forgot {} app(s) not launched for {prune_days} days: {}",
@@ -635,7 +635,7 @@ fn prefetch_launch(
     let _ = s.add_launch(
         app.id,
         &LaunchRecord {
-            at_unix: unix_now(),
+            at_unix: crate::sys::now_unix(),
             mode: "daemon".into(),
             prefetched_bytes: report.data_bytes + report.metadata_bytes,
             resident_bytes: Some(report.resident_bytes),
@@ -1036,13 +1036,6 @@ fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg
         lc.phase
     );
     true
-}
-
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 /// Tell systemd (Type=notify) where the daemon is; nothing without `NOTIFY_SOCKET`. A failure
