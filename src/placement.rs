@@ -44,21 +44,10 @@ pub fn for_launch(pid: i32, plan: &Plan) -> Option<Placement> {
 /// Move a running launch to `cpus`: every thread of `pid` and of its descendants. Returns
 /// how many threads were moved. (`run` starts its application on them instead.)
 pub fn pin(pid: i32, cpus: &[usize]) -> usize {
-    let mut pids = vec![pid];
-    pids.extend(crate::sys::descendants(pid));
-    let mut n = 0;
-    for p in pids {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in tasks.filter_map(Result::ok) {
-            let tid = t.file_name().to_string_lossy().parse::<i32>();
-            if tid.is_ok_and(|tid| set_affinity(tid, cpus)) {
-                n += 1;
-            }
-        }
-    }
-    n
+    crate::sys::tree_threads(pid)
+        .into_iter()
+        .filter(|&tid| set_affinity(tid, cpus))
+        .count()
 }
 
 /// The device holding most of the plan's data bytes.

@@ -25,7 +25,8 @@ pub struct Serving {
     pid: i32,
     pidfd: Option<OwnedFd>,
     running: Running,
-    head: Receiver<()>,
+    /// Fires once the plan's head is in memory; taken by a caller that waits elsewhere.
+    head: Option<Receiver<()>>,
     place: Option<(Placement, placement::Launch)>,
     journal: Option<placement::Journal>,
     restored: bool,
@@ -74,7 +75,7 @@ impl Serving {
             pid,
             pidfd,
             running,
-            head,
+            head: Some(head),
             place,
             journal,
             restored: false,
@@ -85,12 +86,14 @@ impl Serving {
     /// Wait until the plan's head (its `hold_entries`) is fetched, at most `cap`; false if
     /// it was not.
     pub fn wait_head(&self, cap: Duration) -> bool {
-        self.head.recv_timeout(cap).is_ok()
+        self.head
+            .as_ref()
+            .is_some_and(|h| h.recv_timeout(cap).is_ok())
     }
 
     /// The end of the head's wait as a channel, for a caller that waits elsewhere.
-    pub fn take_head(&mut self) -> Receiver<()> {
-        std::mem::replace(&mut self.head, std::sync::mpsc::channel().1)
+    pub fn take_head(&mut self) -> Option<Receiver<()>> {
+        self.head.take()
     }
 
     /// Whether the application has exited, waiting up to `ms` for it.
@@ -176,22 +179,13 @@ pub fn recover_placements() {
 /// Voluntary context switches of `pid` and its descendants, all threads: how often the
 /// launch slept (mostly waiting for I/O while it starts).
 pub fn tree_waits(pid: i32) -> u64 {
-    let mut pids = vec![pid];
-    pids.extend(sys::descendants(pid));
-    let mut total = 0;
-    for p in pids {
-        let Ok(rd) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        for t in rd.filter_map(Result::ok) {
-            if let Ok(s) = std::fs::read_to_string(t.path().join("status")) {
-                total += s
-                    .lines()
-                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .unwrap_or(0);
-            }
-        }
-    }
-    total
+    sys::tree_threads(pid)
+        .into_iter()
+        .filter_map(|tid| std::fs::read_to_string(format!("/proc/{tid}/status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
 }

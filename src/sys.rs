@@ -913,6 +913,17 @@ pub fn set_affinity(tid: i32, cpus: &[usize]) -> bool {
     sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).is_ok()
 }
 
+/// Every thread (task id) of `pid` and of its descendants.
+pub fn tree_threads(pid: i32) -> Vec<i32> {
+    let mut pids = vec![pid];
+    pids.extend(descendants(pid));
+    pids.into_iter()
+        .filter_map(|p| std::fs::read_dir(format!("/proc/{p}/task")).ok())
+        .flat_map(|rd| rd.filter_map(Result::ok))
+        .filter_map(|t| t.file_name().to_string_lossy().parse().ok())
+        .collect()
+}
+
 /// All live descendants of `pid`, from the ppid links in /proc.
 pub fn descendants(pid: i32) -> Vec<i32> {
     let mut parent = Vec::new();

@@ -535,8 +535,7 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
             return 1;
         }
     };
-    if let Some(w) = release {
-        let head = serving.take_head();
+    if let (Some(w), Some(head)) = (release, serving.take_head()) {
         std::thread::spawn(move || {
             if head.recv().is_ok() {
                 let _ = nix::unistd::write(&w, &[1u8]);
