@@ -2066,6 +2066,77 @@ ready = {{ output = "^launched$" }}
     assert!(!left, "a benchmark process is still running");
 }
 
+/// ClusterFetch's evaluation in the bench: a loading of a running application, measured cold,
+/// warm and with the bursts the bench's own daemon mined from earlier cold loadings.
+#[test]
+fn bench_measures_a_loading_cold_warm_and_with_its_burst() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let suite = sb.path().join("suite.toml");
+    // 80 files of 128 KiB: with their openings, more log entries than the burst length
+    // threshold (as in the daemon's burst test).
+    std::fs::write(
+        &suite,
+        format!(
+            r#"
+[[loading]]
+name = "synth-load"
+setup = ["{SYNTH} gen {{work}}/data --files 80 --size-kb 128", "printf 'level one' > {{work}}/level1.map"]
+command = ["sh", "-c", "echo waiting; exec {SYNTH} serve {{work}}/data --trigger {{work}}/level1.map --cpu-us 2000"]
+started = "^waiting$"
+load = "go"
+loaded = "^[{{]"
+"#
+        ),
+    )
+    .unwrap();
+    let out = sb.path().join("results");
+    let before = readahead_blks();
+    let o = run(sb.ws().args([
+        "bench",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--only",
+        "bursts",
+        "--rounds",
+        "2",
+        "--state-dir",
+        sb.path().join("bench-state").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_kernel_clean(&before);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    // `--only bursts`: the loadings and no launch.
+    assert!(r["apps"].as_array().unwrap().is_empty(), "{}", r["apps"]);
+    let l = &r["loadings"][0];
+    assert!(l["error"].is_null(), "{}", l["error"]);
+    for sc in ["cold", "warm", "bursts"] {
+        assert_eq!(l["summary"][sc]["n"], 2, "{sc}: {}", l["summary"]);
+        assert!(l["summary"][sc]["median_ms"].as_f64().unwrap() > 0.0);
+    }
+    // The daemon mined the loading: a burst of it held after learning.
+    let learned = l["learned"].as_array().unwrap();
+    assert!(!learned.is_empty(), "no burst learned: {l}");
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        md.contains("## Loadings") && md.contains("| synth-load |"),
+        "{md}"
+    );
+    assert!(!md.contains("## Launch time"), "{md}");
+    let svg = std::fs::read_to_string(out.join("loadings.svg")).unwrap();
+    assert!(svg.contains("<rect"), "loadings.svg draws nothing");
+    // Nothing of the benchmark keeps running: the loaders and the daemon are gone.
+    let needle = format!("{}", sb.path().display());
+    let left = any_process(|c| {
+        String::from_utf8_lossy(c).contains(&needle)
+            && !String::from_utf8_lossy(c).contains("cargo")
+    });
+    assert!(!left, "a benchmark process is still running");
+}
+
 #[test]
 fn bench_rejects_a_bad_suite_with_its_line() {
     let sb = Sandbox::new();

@@ -3,6 +3,7 @@
 //! the gap closed `(cold - t) / (cold - warm)` (FAST and Paralfetch's yardstick).
 
 pub mod launch;
+pub mod loading;
 pub mod report;
 pub mod run;
 pub mod sampler;

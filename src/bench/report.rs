@@ -8,7 +8,9 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::run::Results;
+use std::collections::BTreeMap;
+
+use super::run::{Results, ScenarioSummary};
 use super::sampler::Point;
 
 fn pct(v: Option<f64>) -> String {
@@ -25,6 +27,31 @@ pub fn markdown(r: &Results) -> String {
         "Machine: Linux {}, {} × {}, {} MiB RAM, disk {} (rotational={:?}, scheduler {}). {} rounds, scenarios interleaved per round.\n",
         m.kernel, m.cpus, m.cpu, m.memory_mb, m.disk, m.disk_rotational, m.scheduler, r.rounds
     );
+    if !r.apps.is_empty() {
+        apps_markdown(r, &mut s);
+    }
+    loadings_markdown(r, &mut s);
+    let errs: Vec<_> = r
+        .apps
+        .iter()
+        .filter_map(|a| a.error.as_ref().map(|e| (a.name.clone(), e)))
+        .chain(
+            r.loadings
+                .iter()
+                .filter_map(|l| l.error.as_ref().map(|e| (l.name.clone(), e))),
+        )
+        .collect();
+    if !errs.is_empty() {
+        let _ = writeln!(s, "\n## Problems\n");
+        for (n, e) in errs {
+            let _ = writeln!(s, "- {n}: {e}");
+        }
+    }
+    s
+}
+
+/// The launch tables: times, means, overheads, accuracy, adaptation, apps together.
+fn apps_markdown(r: &Results, s: &mut String) {
     let _ = writeln!(
         s,
         "## Launch time (median ms; in brackets: normalised to cold, and gap closed)\n"
@@ -242,18 +269,89 @@ pub fn markdown(r: &Results) -> String {
             );
         }
     }
-    let errs: Vec<_> = r
-        .apps
-        .iter()
-        .filter_map(|a| a.error.as_ref().map(|e| (a.name.clone(), e)))
-        .collect();
-    if !errs.is_empty() {
-        let _ = writeln!(s, "\n## Problems\n");
-        for (n, e) in errs {
-            let _ = writeln!(s, "- {n}: {e}");
-        }
+}
+
+fn loadings_markdown(r: &Results, s: &mut String) {
+    if r.loadings.is_empty() {
+        return;
     }
-    s
+    let _ = writeln!(
+        s,
+        "\n## Loadings of running applications (ClusterFetch; median ms, in brackets: normalised to cold, and loading gap closed)\n"
+    );
+    let _ = writeln!(
+        s,
+        "A running application is told to load (a line on its stdin); timed to the line that says it is done. \
+         cold: the page cache dropped after it started; warm: a new process loading right after; \
+         bursts: cold, with the daemon (bursts only) holding what it mined from {} earlier cold loadings.\n",
+        crate::bench::loading::LEARN_LOADINGS
+    );
+    let _ = writeln!(s, "| loading | cold | warm | bursts | bursts learned (trigger: size) | after the rounds (hits, last check) |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---|---|");
+    let cell = |l: &crate::bench::loading::LoadingResult, sc: &str| match l.summary.get(sc) {
+        Some(x) if x.n > 0 => match x.gap_closed {
+            Some(g) if sc == "bursts" => {
+                format!(
+                    "{:.0} ({:.2}, {:.0}%)",
+                    x.median_ms,
+                    x.normalized,
+                    g * 100.0
+                )
+            }
+            _ => format!("{:.0}", x.median_ms),
+        },
+        _ => "–".into(),
+    };
+    let name_of = |p: &std::path::Path| {
+        p.file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    for l in &r.loadings {
+        let learned: Vec<String> = l
+            .learned
+            .iter()
+            .map(|b| {
+                format!(
+                    "{}: {:.1} MiB",
+                    name_of(&b.trigger),
+                    b.bytes as f64 / 1048576.0
+                )
+            })
+            .collect();
+        let after: Vec<String> = l
+            .after
+            .iter()
+            .filter(|b| b.hits > 0)
+            .map(|b| {
+                format!(
+                    "{} {} hits, {}{}",
+                    name_of(&b.trigger),
+                    b.hits,
+                    b.last_check.as_deref().unwrap_or("unchecked"),
+                    if b.active { "" } else { " (inactive)" }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            l.name,
+            cell(l, "cold"),
+            cell(l, "warm"),
+            cell(l, "bursts"),
+            if learned.is_empty() {
+                "none".into()
+            } else {
+                learned.join("; ")
+            },
+            if after.is_empty() {
+                "none used".into()
+            } else {
+                after.join("; ")
+            },
+        );
+    }
 }
 
 fn plot_err(e: impl std::fmt::Display) -> std::io::Error {
@@ -273,27 +371,60 @@ const PALETTE: [RGBColor; 8] = [
 
 /// Grouped bars: per app, each scenario's median normalised to cold.
 pub fn normalized_svg(r: &Results, path: &Path) -> std::io::Result<()> {
-    let scen: Vec<&String> = r
+    let scen: Vec<&str> = r
         .scenarios
         .iter()
-        .filter(|s| s.as_str() != "warm+warmstart")
+        .map(String::as_str)
+        .filter(|s| *s != "warm+warmstart")
         .collect();
-    let apps: Vec<_> = r.apps.iter().filter(|a| !a.summary.is_empty()).collect();
+    let apps: Vec<(&str, &BTreeMap<String, ScenarioSummary>)> = r
+        .apps
+        .iter()
+        .filter(|a| !a.summary.is_empty())
+        .map(|a| (a.name.as_str(), &a.summary))
+        .collect();
+    bars_svg(
+        "Launch time normalised to cold (lower is better)",
+        &apps,
+        &scen,
+        path,
+    )
+}
+
+/// Grouped bars: per loading, cold, warm and bursts normalised to cold.
+pub fn loadings_svg(r: &Results, path: &Path) -> std::io::Result<()> {
+    let groups: Vec<(&str, &BTreeMap<String, ScenarioSummary>)> = r
+        .loadings
+        .iter()
+        .filter(|l| !l.summary.is_empty())
+        .map(|l| (l.name.as_str(), &l.summary))
+        .collect();
+    bars_svg(
+        "Loading time of a running application normalised to cold (lower is better)",
+        &groups,
+        &crate::bench::loading::SCENARIOS,
+        path,
+    )
+}
+
+fn bars_svg(
+    caption: &str,
+    apps: &[(&str, &BTreeMap<String, ScenarioSummary>)],
+    scen: &[&str],
+    path: &Path,
+) -> std::io::Result<()> {
     let w = (160 + apps.len() * (scen.len() * 14 + 30)).max(640) as u32;
     let root = SVGBackend::new(path, (w, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_err)?;
     let ymax = apps
         .iter()
-        .flat_map(|a| {
+        .flat_map(|(_, summary)| {
             scen.iter()
-                .filter_map(|s| a.summary.get(*s).map(|x| x.normalized))
+                .filter_map(|s| summary.get(*s).map(|x| x.normalized))
         })
         .fold(1.2f64, f64::max);
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Launch time normalised to cold (lower is better)",
-            ("sans-serif", 18),
-        )
+        .caption(caption, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(70)
         .y_label_area_size(50)
@@ -309,9 +440,9 @@ pub fn normalized_svg(r: &Results, path: &Path) -> std::io::Result<()> {
         .map_err(plot_err)?;
     // Category labels centred under each app's group of bars.
     chart
-        .draw_series(apps.iter().enumerate().map(|(i, a)| {
+        .draw_series(apps.iter().enumerate().map(|(i, (name, _))| {
             Text::new(
-                a.name.clone(),
+                name.to_string(),
                 (i as f64 + 0.5, -ymax * 0.03),
                 ("sans-serif", 13).into_font().color(&BLACK).pos(
                     plotters::style::text_anchor::Pos::new(
@@ -325,8 +456,8 @@ pub fn normalized_svg(r: &Results, path: &Path) -> std::io::Result<()> {
     let bw = 0.8 / scen.len().max(1) as f64;
     for (si, sc) in scen.iter().enumerate() {
         let color = PALETTE[si % PALETTE.len()];
-        let bars = apps.iter().enumerate().filter_map(|(ai, a)| {
-            let v = a.summary.get(*sc)?.normalized;
+        let bars = apps.iter().enumerate().filter_map(|(ai, (_, summary))| {
+            let v = summary.get(*sc)?.normalized;
             let x0 = ai as f64 + 0.1 + si as f64 * bw;
             Some(Rectangle::new(
                 [(x0, 0.0), (x0 + bw * 0.9, v)],
@@ -336,7 +467,7 @@ pub fn normalized_svg(r: &Results, path: &Path) -> std::io::Result<()> {
         chart
             .draw_series(bars)
             .map_err(plot_err)?
-            .label(sc.as_str())
+            .label(*sc)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
     chart
@@ -483,9 +614,16 @@ pub fn write_all(r: &Results, dir: &Path) -> std::io::Result<Vec<std::path::Path
     let m = dir.join("results.md");
     std::fs::write(&m, markdown(r))?;
     written.push(m);
-    let n = dir.join("normalized.svg");
-    normalized_svg(r, &n)?;
-    written.push(n);
+    if !r.apps.is_empty() {
+        let n = dir.join("normalized.svg");
+        normalized_svg(r, &n)?;
+        written.push(n);
+    }
+    if r.loadings.iter().any(|l| !l.summary.is_empty()) {
+        let l = dir.join("loadings.svg");
+        loadings_svg(r, &l)?;
+        written.push(l);
+    }
     for a in &r.apps {
         let series: Vec<(&str, &[Point])> = ["cold", "warmstart"]
             .iter()
@@ -595,7 +733,37 @@ mod tests {
                 cold_ms: vec![2000.0],
                 warmstart_ms: vec![1000.0],
             }],
+            loadings: vec![loading()],
         }
+    }
+
+    fn loading() -> crate::bench::loading::LoadingResult {
+        use crate::bench::loading::{LoadingBurst, LoadingResult};
+        let mut l = LoadingResult {
+            name: "load1".into(),
+            command: vec!["py".into()],
+            learned: vec![LoadingBurst {
+                trigger: "/srv/p/project.cfg".into(),
+                bytes: 64 << 20,
+                hits: 0,
+                active: true,
+                last_check: None,
+            }],
+            ..LoadingResult::default()
+        };
+        for (sc, ms) in [("cold", 2000.0), ("warm", 1000.0), ("bursts", 1200.0)] {
+            l.samples.push(Measurement {
+                scenario: sc.into(),
+                round: 1,
+                ms,
+                ready: true,
+            });
+        }
+        l.after = l.learned.clone();
+        l.after[0].hits = 5;
+        l.after[0].last_check = Some("99% used".into());
+        l.summarize();
+        l
     }
 
     #[test]
@@ -609,20 +777,24 @@ mod tests {
         assert!(md.contains("error: not installed"), "{md}");
         assert!(md.contains("| 2 | app1, x | 2000 | 1000 | 2.00× |"), "{md}");
         assert!(md.contains("## Overheads"));
+        assert!(
+            md.contains("| load1 | 2000 | 1000 | 1200 (0.60, 80%) | project.cfg: 64.0 MiB | project.cfg 5 hits, 99% used |"),
+            "{md}"
+        );
     }
 
     #[test]
     fn writes_json_md_and_svgs() {
         let dir = tempfile::tempdir().unwrap();
         let files = write_all(&sample(), dir.path()).unwrap();
-        assert_eq!(files.len(), 4);
+        assert_eq!(files.len(), 5);
         let j: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(dir.path().join("results.json")).unwrap(),
         )
         .unwrap();
         assert_eq!(j["apps"][0]["samples"].as_array().unwrap().len(), 3);
         assert_eq!(j["machine"]["cpus"], 2);
-        for f in ["normalized.svg", "timeline-app1.svg"] {
+        for f in ["normalized.svg", "timeline-app1.svg", "loadings.svg"] {
             let svg = std::fs::read_to_string(dir.path().join(f)).unwrap();
             assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{f}");
             assert!(

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::launch::{launch, LaunchSpec, Outcome, Xvfb};
+use super::loading::{self, LoadingResult};
 use super::sampler::{disk_of, Point, Sampler};
 use super::stats::{gap_closed, geomean, Spread};
-use super::suite::{expand, AppSpec, Ready};
+use super::suite::{expand, AppSpec, LoadingSpec, Ready};
 use super::{make_cold, BenchError};
 use crate::resolve::FileKind;
 use crate::store::Store;
@@ -112,6 +113,8 @@ impl Scenario {
 
 pub struct BenchOptions {
     pub apps: Vec<AppSpec>,
+    /// Loadings of running applications (ClusterFetch's evaluation), measured after the apps.
+    pub loadings: Vec<LoadingSpec>,
     pub rounds: u32,
     pub scenarios: Vec<Scenario>,
     /// Benchmark state: its own database, work directories, the suite's virtualenv.
@@ -279,6 +282,9 @@ pub struct Results {
     /// (1 - g) / (1 - g_warm), which counts every app, also those a scenario made slower.
     pub geomean: BTreeMap<String, GeoRow>,
     pub together: Vec<TogetherResult>,
+    /// Loadings of running applications: cold, warm, and with the daemon's bursts.
+    #[serde(default)]
+    pub loadings: Vec<LoadingResult>,
 }
 
 /// Progress callback: (what is running now, steps done, steps total).
@@ -334,17 +340,17 @@ pub fn machine() -> Machine {
 }
 
 /// A warmstart daemon of the benchmark's own (database, configuration, run directory).
-struct BenchDaemon {
+pub(super) struct BenchDaemon {
     child: std::process::Child,
 }
 
 impl BenchDaemon {
-    fn start(ctx: &Ctx<'_>) -> Result<BenchDaemon, BenchError> {
-        let dir = ctx.opts.state_dir.join("daemon");
+    /// Start it on the state in `dir` (its database, `config.toml`, run directory, log).
+    pub(super) fn start(ctx: &Ctx<'_>, dir: &Path) -> Result<BenchDaemon, BenchError> {
         let run_dir = dir.join("run");
         // Its log is kept: when it does not come up, the benchmark says why.
         let log_path = dir.join("daemon.log");
-        let log = std::fs::create_dir_all(&dir)
+        let log = std::fs::create_dir_all(dir)
             .and_then(|_| std::fs::File::create(&log_path))
             .map(Stdio::from)
             .unwrap_or_else(|_| Stdio::null());
@@ -429,7 +435,7 @@ fn prepare_daemon(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
         "include = {include:?}\nn_rawseq = 2\nn_chk = 1000000\nmin_launch_kb = 0\nt_idle_secs = 2.0\n"
     );
     std::fs::write(dir.join("config.toml"), cfg).map_err(|e| BenchError::Setup(e.to_string()))?;
-    let _d = BenchDaemon::start(ctx)?;
+    let _d = BenchDaemon::start(ctx, &dir)?;
     for app in apps {
         for _ in 0..4 {
             ctx.cold()?;
@@ -441,12 +447,12 @@ fn prepare_daemon(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
     Ok(())
 }
 
-struct Ctx<'a> {
-    opts: &'a BenchOptions,
+pub(super) struct Ctx<'a> {
+    pub(super) opts: &'a BenchOptions,
     db: PathBuf,
-    venv: PathBuf,
+    pub(super) venv: PathBuf,
     display: Option<String>,
-    interrupt: &'a AtomicUsize,
+    pub(super) interrupt: &'a AtomicUsize,
 }
 
 impl Ctx<'_> {
@@ -459,11 +465,11 @@ impl Ctx<'_> {
         ]
     }
 
-    fn work(&self, app: &AppSpec) -> PathBuf {
+    pub(super) fn work(&self, app: &AppSpec) -> PathBuf {
         self.opts.state_dir.join("work").join(&app.name)
     }
 
-    fn argv(&self, app: &AppSpec) -> Vec<String> {
+    pub(super) fn argv(&self, app: &AppSpec) -> Vec<String> {
         let w = self.work(app);
         app.command
             .iter()
@@ -471,7 +477,7 @@ impl Ctx<'_> {
             .collect()
     }
 
-    fn env(&self, app: &AppSpec) -> Vec<(String, String)> {
+    pub(super) fn env(&self, app: &AppSpec) -> Vec<(String, String)> {
         let w = self.work(app);
         let mut env: Vec<(String, String)> = app
             .env
@@ -519,7 +525,7 @@ impl Ctx<'_> {
         )
     }
 
-    fn cold(&self) -> Result<(), BenchError> {
+    pub(super) fn cold(&self) -> Result<(), BenchError> {
         self.settle();
         make_cold().map_err(|e| BenchError::Setup(format!("dropping caches: {e}")))
     }
@@ -541,7 +547,7 @@ fn tmp_dir(work: &Path) -> PathBuf {
     work.join("tmp")
 }
 
-fn setup_app(ctx: &Ctx<'_>, app: &AppSpec) -> Result<(), BenchError> {
+pub(super) fn setup_app(ctx: &Ctx<'_>, app: &AppSpec) -> Result<(), BenchError> {
     let work = ctx.work(app);
     let tmp = tmp_dir(&work);
     let _ = std::fs::remove_dir_all(&tmp);
@@ -944,7 +950,7 @@ fn measure(
             (o.ms, o.ready && o.exit.is_some_and(|e| e.success()))
         }
         Scenario::Daemon => {
-            let d = BenchDaemon::start(ctx)?;
+            let d = BenchDaemon::start(ctx, &ctx.opts.state_dir.join("daemon"))?;
             ctx.cold()?;
             let o = ctx.run_one(app, &argv, &ready);
             drop(d);
@@ -993,9 +999,10 @@ fn measure(
     Ok(())
 }
 
-fn summarize(res: &mut AppResult) {
+/// Per scenario: median, spread, failures, normalised to cold and the gap closed.
+pub(super) fn scenario_summaries(samples: &[Measurement]) -> BTreeMap<String, ScenarioSummary> {
     let mut by: BTreeMap<String, (Vec<f64>, usize)> = BTreeMap::new();
-    for s in &res.samples {
+    for s in samples {
         let e = by.entry(s.scenario.clone()).or_default();
         if s.ready {
             e.0.push(s.ms);
@@ -1009,9 +1016,10 @@ fn summarize(res: &mut AppResult) {
             .map(|s| s.median)
     };
     let (cold, warm) = (med("cold"), med("warm"));
+    let mut out = BTreeMap::new();
     for (name, (v, failed)) in &by {
         let sp = Spread::of(v).unwrap_or_default();
-        res.summary.insert(
+        out.insert(
             name.clone(),
             ScenarioSummary {
                 median_ms: sp.median,
@@ -1027,6 +1035,19 @@ fn summarize(res: &mut AppResult) {
             },
         );
     }
+    out
+}
+
+fn summarize(res: &mut AppResult) {
+    res.summary = scenario_summaries(&res.samples);
+    let med = |name: &str| {
+        res.summary
+            .get(name)
+            .filter(|s| s.n > 0)
+            .map(|s| s.median_ms)
+    };
+    let warm = med("warm");
+    let cold = med("cold");
     res.t_bound_ms = match (med("prefetch-only"), warm) {
         (Some(p), Some(w)) => Some(p.max(w)),
         (None, Some(w)) => Some(w),
@@ -1083,6 +1104,9 @@ pub fn resummarize(r: &mut Results) {
         summarize(a);
     }
     r.geomean = suite_means(&r.apps, &r.scenarios);
+    for l in &mut r.loadings {
+        l.summarize();
+    }
 }
 
 fn together(
@@ -1167,8 +1191,10 @@ pub fn run(
         interrupt,
     };
     let per_app = 2 + opts.rounds as u64 * opts.scenarios.len() as u64;
-    let total =
-        per_app * opts.apps.len() as u64 + opts.together.len() as u64 * opts.rounds as u64 * 2;
+    let per_loading = 1 + opts.rounds as u64 * loading::SCENARIOS.len() as u64;
+    let total = per_app * opts.apps.len() as u64
+        + opts.together.len() as u64 * opts.rounds as u64 * 2
+        + per_loading * opts.loadings.len() as u64;
     let mut done = 0u64;
     let mut results: Vec<AppResult> = opts
         .apps
@@ -1302,6 +1328,23 @@ pub fn run(
         };
         tog.push(together(&ctx, &batch, k, opts.rounds, &mut p)?);
     }
+    let mut loadings = Vec::new();
+    for spec in &opts.loadings {
+        let mut p = |s: &str| {
+            progress(s, done, total);
+            done += 1;
+        };
+        match loading::measure(&ctx, spec, opts.rounds, &mut p) {
+            Ok(r) => loadings.push(r),
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => loadings.push(LoadingResult {
+                name: spec.name.clone(),
+                command: spec.command.clone(),
+                error: Some(e.to_string()),
+                ..LoadingResult::default()
+            }),
+        }
+    }
     progress("done", total, total);
     let names: Vec<String> = opts.scenarios.iter().map(Scenario::name).collect();
     let geo = suite_means(&results, &names);
@@ -1313,6 +1356,7 @@ pub fn run(
         apps: results,
         geomean: geo,
         together: tog,
+        loadings,
     })
 }
 
@@ -1324,6 +1368,7 @@ mod tests {
     fn apps_get_a_tmpdir_in_their_work_directory_unless_they_set_one() {
         let opts = BenchOptions {
             apps: vec![],
+            loadings: vec![],
             rounds: 1,
             scenarios: vec![],
             state_dir: "/st".into(),

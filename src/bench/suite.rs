@@ -74,11 +74,34 @@ struct AppRaw {
     pip: Vec<String>,
 }
 
+/// A loading of an already running application (ClusterFetch's evaluation).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadingRaw {
+    name: toml::Spanned<String>,
+    command: Vec<String>,
+    started: String,
+    load: String,
+    loaded: String,
+    #[serde(default)]
+    packages: Vec<String>,
+    #[serde(default)]
+    setup: Vec<String>,
+    #[serde(default)]
+    timeout: Option<u64>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    pip: Vec<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SuiteRaw {
     #[serde(default)]
     app: Vec<AppRaw>,
+    #[serde(default)]
+    loading: Vec<LoadingRaw>,
 }
 
 /// One application of the suite, with `{work}` and `{venv}` still unexpanded.
@@ -110,9 +133,44 @@ impl AppSpec {
     }
 }
 
+/// One loading scenario: `command` starts an application that prints a line matching
+/// `started` once it is up and waiting; the line `load` written to its stdin makes it load
+/// (open the trigger file and what follows), and a line matching `loaded` says it is done.
+#[derive(Clone, Debug)]
+pub struct LoadingSpec {
+    pub name: String,
+    pub command: Vec<String>,
+    pub started: Regex,
+    pub load: String,
+    pub loaded: Regex,
+    pub packages: Vec<String>,
+    pub setup: Vec<String>,
+    pub timeout: Duration,
+    pub env: BTreeMap<String, String>,
+    pub pip: Vec<String>,
+}
+
+impl LoadingSpec {
+    /// The launch-shaped part of it (name, command, setup, environment, timeout), for the
+    /// harness's per-app plumbing: work directory, setup, environment.
+    pub fn as_app(&self) -> AppSpec {
+        AppSpec {
+            name: self.name.clone(),
+            command: self.command.clone(),
+            packages: self.packages.clone(),
+            setup: self.setup.clone(),
+            ready: Ready::Output(self.loaded.clone()),
+            timeout: self.timeout,
+            env: self.env.clone(),
+            pip: self.pip.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Suite {
     pub apps: Vec<AppSpec>,
+    pub loadings: Vec<LoadingSpec>,
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -192,32 +250,98 @@ impl Suite {
                 pip: a.pip,
             });
         }
-        if apps.is_empty() {
-            return Err(SuiteError::Parse {
+        let mut loadings: Vec<LoadingSpec> = Vec::new();
+        for l in raw.loading {
+            let line = line_of(text, l.name.span().start);
+            let name = l.name.into_inner();
+            let invalid = |msg: String| SuiteError::Invalid {
                 origin: origin.to_string(),
-                msg: "no [[app]] entries".into(),
+                line,
+                app: name.clone(),
+                msg,
+            };
+            if name.is_empty() || name.contains(|c: char| c == ',' || c.is_whitespace()) {
+                return Err(invalid(
+                    "a name must be non-empty, without spaces or commas".into(),
+                ));
+            }
+            // One work directory per name: apps and loadings share the namespace.
+            if apps.iter().any(|x| x.name == name) || loadings.iter().any(|x| x.name == name) {
+                return Err(invalid("duplicate name".into()));
+            }
+            if l.command.is_empty() || l.command[0].is_empty() {
+                return Err(invalid("`command` must name a program".into()));
+            }
+            if l.load.contains('\n') {
+                return Err(invalid(
+                    "`load` is one line (the harness ends it with a newline)".into(),
+                ));
+            }
+            let re = |k: &str, v: &str| {
+                Regex::new(v).map_err(|e| invalid(format!("{k}: bad regex: {e}")))
+            };
+            let timeout = l.timeout.unwrap_or(60);
+            if timeout == 0 || timeout > 3600 {
+                return Err(invalid("timeout must be 1..=3600 seconds".into()));
+            }
+            loadings.push(LoadingSpec {
+                started: re("started", &l.started)?,
+                loaded: re("loaded", &l.loaded)?,
+                name,
+                command: l.command,
+                load: l.load,
+                packages: l.packages,
+                setup: l.setup,
+                timeout: Duration::from_secs(timeout),
+                env: l.env,
+                pip: l.pip,
             });
         }
-        Ok(Suite { apps })
+        if apps.is_empty() && loadings.is_empty() {
+            return Err(SuiteError::Parse {
+                origin: origin.to_string(),
+                msg: "no [[app]] or [[loading]] entries".into(),
+            });
+        }
+        Ok(Suite { apps, loadings })
     }
 
     /// The apps named in `names` (all when empty), in suite order.
     pub fn select(&self, names: &[String]) -> Result<Vec<AppSpec>, SuiteError> {
-        for n in names {
-            if !self.apps.iter().any(|a| &a.name == n) {
-                let known: Vec<&str> = self.apps.iter().map(|a| a.name.as_str()).collect();
-                return Err(SuiteError::NoSuchApp {
-                    name: n.clone(),
-                    known: known.join(", "),
-                });
-            }
-        }
+        self.check_names(names)?;
         Ok(self
             .apps
             .iter()
             .filter(|a| names.is_empty() || names.contains(&a.name))
             .cloned()
             .collect())
+    }
+
+    /// The loadings named in `names` (all when empty), in suite order.
+    pub fn select_loadings(&self, names: &[String]) -> Result<Vec<LoadingSpec>, SuiteError> {
+        self.check_names(names)?;
+        Ok(self
+            .loadings
+            .iter()
+            .filter(|l| names.is_empty() || names.contains(&l.name))
+            .cloned()
+            .collect())
+    }
+
+    fn check_names(&self, names: &[String]) -> Result<(), SuiteError> {
+        let known: Vec<&str> = self
+            .apps
+            .iter()
+            .map(|a| a.name.as_str())
+            .chain(self.loadings.iter().map(|l| l.name.as_str()))
+            .collect();
+        match names.iter().find(|n| !known.contains(&n.as_str())) {
+            Some(n) => Err(SuiteError::NoSuchApp {
+                name: n.clone(),
+                known: known.join(", "),
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -288,6 +412,9 @@ ready = { window = "Main Window" }
         ] {
             assert!(s.apps.iter().any(|a| a.name == want), "{want} missing");
         }
+        for want in ["python-load", "gimp-open-pdf"] {
+            assert!(s.loadings.iter().any(|l| l.name == want), "{want} missing");
+        }
     }
 
     fn err(text: &str) -> String {
@@ -308,9 +435,32 @@ ready = { window = "Main Window" }
         assert!(e.contains("line 3") && e.contains("comand"), "{e}");
         let e = err("[[app]]\nname = \"a\"\ncommand = [\"x\"\n");
         assert!(e.contains("line"), "{e}");
-        assert!(err("").contains("no [[app]]"));
+        assert!(err("").contains("no [[app]] or [[loading]]"));
         let e = err("[[app]]\nname = \"a\"\ncommand = [\"x\"]\nready = { flie = \"x\" }\n");
         assert!(e.contains("unknown ready condition"), "{e}");
+    }
+
+    #[test]
+    fn parses_loadings_and_checks_them() {
+        let text = "[[loading]]\nname = \"l\"\ncommand = [\"py\"]\nstarted = \"^up$\"\n\
+                    load = \"{work}/p\"\nloaded = \"^done$\"\ntimeout = 9\n";
+        let s = Suite::parse(text, "t").unwrap();
+        assert!(s.apps.is_empty());
+        let l = &s.loadings[0];
+        assert!(l.started.is_match("up") && l.loaded.is_match("done"));
+        assert_eq!(l.load, "{work}/p");
+        assert_eq!(l.timeout, Duration::from_secs(9));
+        // Selected by name like an app; a name of neither is an error naming both kinds.
+        assert_eq!(s.select_loadings(&["l".into()]).unwrap().len(), 1);
+        assert!(s.select(&["l".into()]).unwrap().is_empty());
+        let e = s.select_loadings(&["zz".into()]).unwrap_err().to_string();
+        assert!(e.contains("its apps: l"), "{e}");
+        let e = err(&format!("[[app]]\nname = \"l\"\ncommand = [\"x\"]\n{text}"));
+        assert!(e.contains("duplicate name") && e.contains("line 5"), "{e}");
+        let e = err(&text.replace("^done$", "("));
+        assert!(e.contains("loaded: bad regex"), "{e}");
+        let e = err(&text.replace("started = \"^up$\"\n", ""));
+        assert!(e.contains("started"), "{e}");
     }
 
     #[test]

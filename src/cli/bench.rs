@@ -8,12 +8,15 @@ use super::record::interrupt_flag;
 use super::{code, fail, require_root, BenchArgs};
 use crate::bench::report;
 use crate::bench::run::{run, BenchOptions, Scenario};
-use crate::bench::suite::{AppSpec, Suite};
+use crate::bench::suite::{AppSpec, LoadingSpec, Suite};
 use crate::bench::BenchError;
 
 /// Strategies the prefetcher offers (each becomes a scenario, `warmstart:<name>`; plain
 /// `warmstart` is the default, auto).
 pub const STRATEGIES: &[&str] = &["fast", "trace", "sorted", "paralfetch", "hybrid"];
+
+/// The `--only` name of the suite's loadings.
+const LOADINGS: &str = "bursts";
 
 fn suite_path(p: &PathBuf) -> PathBuf {
     if p.exists() || p.is_absolute() {
@@ -35,6 +38,7 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
         for s in &all {
             println!("{}", s.name());
         }
+        println!("{LOADINGS} (the suite's loadings: cold, warm, with the daemon's bursts)");
         return Ok(code::OK);
     }
     if let Some(saved) = &a.rerender {
@@ -54,17 +58,31 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
         return Ok(code::OK);
     }
     require_root("bench")?;
-    let apps: Vec<AppSpec> = if a.command.is_empty() {
+    let with_loadings = a.only.is_empty() || a.only.iter().any(|s| s == LOADINGS);
+    let with_apps = a.only.is_empty() || a.only.iter().any(|s| s != LOADINGS);
+    let (apps, loadings): (Vec<AppSpec>, Vec<LoadingSpec>) = if a.command.is_empty() {
         let path = suite_path(&a.suite);
-        Suite::load(&path)?.select(&a.apps)?
+        let suite = Suite::load(&path)?;
+        (
+            if with_apps {
+                suite.select(&a.apps)?
+            } else {
+                vec![]
+            },
+            if with_loadings {
+                suite.select_loadings(&a.apps)?
+            } else {
+                vec![]
+            },
+        )
     } else {
-        vec![AppSpec::adhoc(a.command.clone())]
+        (vec![AppSpec::adhoc(a.command.clone())], vec![])
     };
     let scenarios: Vec<Scenario> = if a.only.is_empty() {
         all
     } else {
         let mut v = vec![Scenario::Cold, Scenario::Warm];
-        for name in &a.only {
+        for name in a.only.iter().filter(|s| *s != LOADINGS) {
             let s = Scenario::parse(name)
                 .filter(|s| all.contains(s))
                 .ok_or_else(|| {
@@ -97,6 +115,7 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let opts = BenchOptions {
         apps,
+        loadings,
         rounds: a.rounds,
         scenarios,
         state_dir: a.state_dir.clone(),
@@ -141,9 +160,13 @@ pub fn cmd(a: BenchArgs) -> anyhow::Result<i32> {
     } else {
         println!("{}", report::markdown(&results));
     }
-    Ok(if results.apps.iter().all(|r| r.error.is_none()) {
-        code::OK
-    } else {
-        code::ERROR
-    })
+    Ok(
+        if results.apps.iter().all(|r| r.error.is_none())
+            && results.loadings.iter().all(|l| l.error.is_none())
+        {
+            code::OK
+        } else {
+            code::ERROR
+        },
+    )
 }

@@ -215,7 +215,7 @@ pub struct BenchArgs {
     /// Suite file (format documented in it).
     #[arg(long, default_value = "bench/suite.toml")]
     pub suite: PathBuf,
-    /// Only these apps (comma-separated names from the suite).
+    /// Only these apps and loadings (comma-separated names from the suite).
     #[arg(long, value_delimiter = ',')]
     pub apps: Vec<String>,
     /// Rounds; each round runs every scenario of every app once.
@@ -227,7 +227,9 @@ pub struct BenchArgs {
     /// List the scenarios and exit.
     #[arg(long)]
     pub scenarios: bool,
-    /// Only these scenarios (comma-separated; cold and warm are always measured).
+    /// Only these scenarios (comma-separated; cold and warm are always measured). `bursts`
+    /// selects the suite's loadings (cold, warm and with the daemon's bursts); `--only bursts`
+    /// alone measures the loadings and no launch.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Also launch K apps at once, cold against warmstart (FAST fig. 8): e.g. 1,3,all.

@@ -213,7 +213,11 @@ impl LiveMiner {
             self.miner.flush();
             self.miner.clear();
         }
-        Ok(self.miner.take_bursts())
+        // A held-back burst waits for a next phase until PHASE_GAP past its end (on the
+        // log's clock, which lags by up to LAG).
+        let now =
+            (!flush).then(|| crate::sys::monotonic_ns().saturating_sub(LAG.as_nanos() as u64));
+        Ok(self.miner.take_bursts(now))
     }
 
     /// The path a file was opened by, if seen.
@@ -327,6 +331,7 @@ mod tests {
             start: 0,
             end: 5_000_000,
             full: false,
+            reader: Some(1),
         };
         let p = burst_plan(&b, &|dev, ino| {
             (dev == id.dev && ino == id.ino).then(|| a.clone())

@@ -88,6 +88,9 @@ pub struct Burst {
     pub end: u64,
     /// Full (the whole queue met the IOPS threshold) or partial.
     pub full: bool,
+    /// The process that did most of its reads.
+    #[serde(default)]
+    pub reader: Option<i32>,
 }
 
 #[derive(Clone, Debug)]
@@ -144,7 +147,22 @@ pub struct Miner {
     /// Openings in `log` (kept, so that logging an opening stays O(1)).
     opens: usize,
     bursts: Vec<Burst>,
+    /// The last burst, held back for `PHASE_GAP`: a burst of the same reader starting within
+    /// it is the next phase of the same loading and joins it.
+    pending: Option<Burst>,
 }
+
+/// A loading computes between its stretches of reads: GIMP importing a PDF read for 123 ms
+/// (its PDF plug-in starting), computed for 300-730 ms, then read 166 ms more (poppler's data,
+/// fonts), all in the plug-in's process (`warmstart bursts mine -v`, bench/suite.toml's
+/// gimp-open-pdf). Each stretch is a burst by Algorithm 2, and the second's trigger opens only
+/// once the first is done: its prefetch then starts with the reads it should have spared.
+/// So a burst whose reader (the process that did most of its reads) also read in the last
+/// burst, starting within this long after that one ended, is joined to it: one burst,
+/// prefetched on the first trigger (FAST's T_idle for a launch's end is 2 s too). Which of
+/// GIMP's two processes did most of a phase's reads varies from run to run; that the
+/// plug-in read in both does not.
+pub const PHASE_GAP_NS: u64 = 2_000_000_000;
 
 impl Miner {
     pub fn new(cfg: MinerConfig) -> Miner {
@@ -157,6 +175,7 @@ impl Miner {
             log: VecDeque::with_capacity(cap),
             opens: 0,
             bursts: Vec::new(),
+            pending: None,
         }
     }
 
@@ -173,9 +192,43 @@ impl Miner {
         self.log.is_empty()
     }
 
-    /// Bursts detected since the last call.
-    pub fn take_bursts(&mut self) -> Vec<Burst> {
+    /// Bursts detected since the last call, and the held-back one if `now` (the log's
+    /// clock, ns) is `PHASE_GAP_NS` past its end; `None`: it too (mining ends).
+    pub fn take_bursts(&mut self, now: Option<u64>) -> Vec<Burst> {
+        let due = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| now.is_none_or(|n| n.saturating_sub(p.end) > PHASE_GAP_NS));
+        if due {
+            self.bursts.extend(self.pending.take());
+        }
         std::mem::take(&mut self.bursts)
+    }
+
+    /// A detected burst: joined to the held-back one if it is that one's next phase.
+    fn offer(&mut self, b: Burst) {
+        match self.pending.take() {
+            Some(mut p)
+                if b.reader.is_some_and(|r| p.reads.iter().any(|x| x.pid == r))
+                    && b.start.saturating_sub(p.end) <= PHASE_GAP_NS =>
+            {
+                tracing::debug!(
+                    "burst after {} joins the one after {} (its reader read there too, {} ms later)",
+                    b.trigger.path.display(),
+                    p.trigger.path.display(),
+                    b.start.saturating_sub(p.end) / 1_000_000
+                );
+                p.reads.extend(b.reads);
+                p.end = p.end.max(b.end);
+                p.full &= b.full;
+                self.pending = Some(p);
+            }
+            Some(p) => {
+                self.bursts.push(p);
+                self.pending = Some(b);
+            }
+            None => self.pending = Some(b),
+        }
     }
 
     /// Algorithm 1 for a disk read: merged into the previous entry when it continues it;
@@ -220,10 +273,15 @@ impl Miner {
         }
     }
 
-    /// The end of activity (idle, or stopping): detect in what the log holds as if full.
+    /// The end of activity (idle, or stopping): detect in what the log holds as if full, burst
+    /// after burst (a pause ends a stretch that can hold several loadings).
     pub fn flush(&mut self) {
-        if self.log.len() > 1 {
+        while self.log.len() > 1 {
+            let before = self.log.len();
             self.handle_burst();
+            if self.log.len() >= before {
+                break;
+            }
         }
     }
 
@@ -371,9 +429,10 @@ impl Miner {
             return;
         }
         tracing::debug!(
-            "burst after {} (t {}): entries {a}..{b} of {}, {} ms, openings {:?}",
+            "burst after {} (t {}, reader {reader:?}, opener {}): entries {a}..{b} of {}, {} ms, openings {:?}",
             trigger.path.display(),
             trigger.t,
+            trigger.pid,
             self.log.len(),
             (self.log[b - 1].t().saturating_sub(trigger.t)) / 1_000_000,
             self.log
@@ -388,13 +447,15 @@ impl Miner {
                 .take(8)
                 .collect::<Vec<_>>()
         );
-        self.bursts.push(Burst {
+        let end = self.log[b - 1].t();
+        self.offer(Burst {
             start: trigger.t,
-            end: self.log[b - 1].t(),
+            end,
             trigger,
             alternatives,
             reads,
             full,
+            reader,
         });
     }
 }
@@ -471,6 +532,78 @@ mod tests {
         }
     }
 
+    /// `reads` by process `pid`.
+    fn reads_by(m: &mut Miner, pid: i32, t: u64, ino: u64, n: u64) -> u64 {
+        for i in 0..n {
+            m.read(
+                t + i * 10_000,
+                Read {
+                    dev: DEV,
+                    ino,
+                    page: i * 10,
+                    pages: 1,
+                    pid,
+                },
+            );
+        }
+        t + n * 10_000
+    }
+
+    fn open_by(m: &mut Miner, pid: i32, t: u64, ino: u64, path: &str) {
+        m.open(Opened {
+            dev: DEV,
+            ino,
+            path: path.into(),
+            t,
+            pid,
+        });
+    }
+
+    /// Two stretches of reads by one process, a computation between them (each stretch a
+    /// burst, the log flushed by the pause as the live miner does): one burst under the first
+    /// trigger, held back until the gap has passed; another reader's burst stays its own.
+    #[test]
+    fn the_next_phase_of_a_loading_joins_its_burst() {
+        let mut m = Miner::new(MinerConfig {
+            queue_size: 1000,
+            ..cfg()
+        });
+        open_by(&mut m, 7, 0, 10, "/data/doc.pdf");
+        let t = reads_by(&mut m, 7, 10_000, 11, 20);
+        m.flush();
+        m.clear();
+        // Held back: a next phase may follow.
+        assert!(m.take_bursts(Some(t + MS)).is_empty());
+        let t2 = t + 700 * MS;
+        open_by(&mut m, 7, t2, 12, "/usr/share/poppler/Greek");
+        let t3 = reads_by(&mut m, 7, t2 + 10_000, 13, 20);
+        m.flush();
+        m.clear();
+        assert!(m.take_bursts(Some(t3 + MS)).is_empty());
+        // Another program's burst right after: the loading's burst is done.
+        let t4 = t3 + 100 * MS;
+        open_by(&mut m, 8, t4, 14, "/data/other.cfg");
+        let t5 = reads_by(&mut m, 8, t4 + 10_000, 15, 20);
+        m.flush();
+        m.clear();
+        let b = m.take_bursts(Some(t5 + MS));
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!(b[0].trigger.path, Path::new("/data/doc.pdf"));
+        assert_eq!(b[0].reads.len(), 40);
+        assert_eq!(b[0].reader, Some(7));
+        // The other one is released once PHASE_GAP has passed without a next phase.
+        assert!(m.take_bursts(Some(t5 + PHASE_GAP_NS / 2)).is_empty());
+        let b = m.take_bursts(Some(t5 + PHASE_GAP_NS + MS));
+        assert_eq!(b.len(), 1);
+        assert_eq!(b[0].trigger.path, Path::new("/data/other.cfg"));
+        // A phase after more than PHASE_GAP is a burst of its own.
+        let t6 = t5 + 3 * PHASE_GAP_NS;
+        open_by(&mut m, 8, t6, 16, "/data/again.cfg");
+        reads_by(&mut m, 8, t6 + 10_000, 17, 20);
+        m.flush();
+        assert_eq!(m.take_bursts(None).len(), 1);
+    }
+
     /// The whole queue fills within queue_size / iops_threshold: one full burst, triggered
     /// by the first opening, with the next openings as alternatives.
     #[test]
@@ -482,7 +615,7 @@ mod tests {
         open(&mut m, t + 1000, 4, "/data/snd.pak");
         // Fill the queue and one more: detection runs when it is full.
         reads(&mut m, t + 2000, 5, 40, 10_000);
-        let b = m.take_bursts();
+        let b = m.take_bursts(None);
         assert_eq!(b.len(), 1, "{b:?}");
         assert!(b[0].full);
         assert_eq!(b[0].trigger.path, Path::new("/data/level1.map"));
@@ -509,7 +642,7 @@ mod tests {
         open(&mut m, t, 7, "/data/idle.txt");
         // Then slow again, until the queue fills.
         reads(&mut m, t + 50 * MS, 8, 40, 50 * MS);
-        let b = m.take_bursts();
+        let b = m.take_bursts(None);
         assert_eq!(b.len(), 1, "{b:?}");
         assert!(!b[0].full);
         assert_eq!(b[0].trigger.path, Path::new("/data/doc.odt"));
@@ -527,7 +660,7 @@ mod tests {
             reads(&mut m, k * 1000 * MS + MS, 100 + k, 30, 5 * MS);
         }
         m.flush();
-        assert!(m.take_bursts().is_empty());
+        assert!(m.take_bursts(None).is_empty());
         assert!(m.len() <= 50);
     }
 
@@ -545,7 +678,7 @@ mod tests {
         }
         assert_eq!(m.len(), 36);
         m.flush();
-        assert!(m.take_bursts().is_empty());
+        assert!(m.take_bursts(None).is_empty());
     }
 
     #[test]
@@ -587,7 +720,7 @@ mod tests {
         open(&mut m, 1000, 1, "/data/level.map");
         reads(&mut m, 2000, 2, 60, 1000);
         m.flush();
-        let b = m.take_bursts();
+        let b = m.take_bursts(None);
         assert_eq!(b.len(), 1, "{b:?}");
         assert_eq!(b[0].trigger.path, Path::new("/data/level.map"));
     }

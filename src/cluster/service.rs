@@ -149,6 +149,7 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                 let Some(t) = triggers.get(&key).cloned() else {
                     continue;
                 };
+                let opened = Instant::now();
                 if running.load(Ordering::Relaxed) >= MAX_RUNNING {
                     continue;
                 }
@@ -206,7 +207,7 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                 let spawned = std::thread::Builder::new()
                     .name("warmstart-burst".into())
                     .spawn(move || {
-                        match fire(&db, &t, watch, &st2, &stop2) {
+                        match fire(&db, &t, watch, &st2, &stop2, opened) {
                             Ok(Checked::Kept) => {}
                             Ok(Checked::Trimmed(p)) => {
                                 let _ = failed.send((key, Some(*p)));
@@ -426,8 +427,10 @@ fn fire(
     mut watch: AccessWatch,
     st: &Settings,
     stop: &AtomicBool,
+    opened: Instant,
 ) -> Result<Checked, String> {
     let (id, plan) = (t.id, &*t.plan);
+    let started = opened.elapsed();
     let inos = check_inos(plan);
     let opts = crate::prefetch::PrefetchOptions {
         jobs: st.jobs,
@@ -440,9 +443,12 @@ fn fire(
         .burst_hit(id, crate::sys::now_unix())
         .map_err(|e| e.to_string())?;
     tracing::info!(
-        "bursts: {} opened, prefetched burst #{id} ({} bytes)",
+        "bursts: {} opened, prefetched burst #{id} ({} bytes), started {:.1} ms after the \
+         open was seen, done {:.1} ms after",
         t.path.display(),
-        report.data_bytes
+        report.data_bytes,
+        started.as_secs_f64() * 1e3,
+        opened.elapsed().as_secs_f64() * 1e3
     );
     let t0 = Instant::now();
     let mut used: HashSet<(Dev, u64, u64)> = HashSet::new();
