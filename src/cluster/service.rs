@@ -185,6 +185,7 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                     let (plan, jobs, stop2) = (t.plan.clone(), st.jobs, stop.clone());
                     let max_rate = st.max_rate;
                     let (running2, prefetching2) = (running.clone(), prefetching.clone());
+                    let (id, path) = (t.id, t.path.clone());
                     running.fetch_add(1, Ordering::Relaxed);
                     prefetching.fetch_add(1, Ordering::Relaxed);
                     let spawned = std::thread::Builder::new()
@@ -195,8 +196,15 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                                 max_rate,
                                 ..Default::default()
                             };
-                            crate::prefetch::prefetch(&plan, &opts, &stop2);
+                            let r = crate::prefetch::prefetch(&plan, &opts, &stop2);
                             prefetching2.fetch_sub(1, Ordering::Relaxed);
+                            tracing::info!(
+                                "bursts: {} opened, prefetched burst #{id} ({} bytes) unchecked, \
+                                 done {:.1} ms after the open was seen",
+                                path.display(),
+                                r.data_bytes,
+                                opened.elapsed().as_secs_f64() * 1e3
+                            );
                             running2.fetch_sub(1, Ordering::Relaxed);
                         });
                     if spawned.is_err() {
