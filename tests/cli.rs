@@ -1955,6 +1955,36 @@ fn help_for_every_command() {
 // ---------------------------------------------------------------------------------------
 // The benchmark harness.
 
+/// `warmstart bench --suite SUITE EXTRA... --rounds 2` with its state and results in the
+/// sandbox: it succeeded and left the kernel as it was; its results.json and directory.
+fn bench_two_rounds(sb: &Sandbox, suite: &Path, extra: &[&str]) -> (serde_json::Value, PathBuf) {
+    let out = sb.path().join("results");
+    let before = readahead_blks();
+    let o = run(sb
+        .ws()
+        .args(["bench", "--suite", suite.to_str().unwrap()])
+        .args(extra)
+        .args(["--rounds", "2", "--state-dir"])
+        .arg(sb.path().join("bench-state"))
+        .arg("--out")
+        .arg(&out));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_kernel_clean(&before);
+    let r =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    (r, out)
+}
+
+/// Whether a process whose command line names the sandbox (the bench's launches, loaders,
+/// daemon) still runs.
+fn bench_left_running(sb: &Sandbox) -> bool {
+    let needle = format!("{}", sb.path().display());
+    any_process(|c| {
+        String::from_utf8_lossy(c).contains(&needle)
+            && !String::from_utf8_lossy(c).contains("cargo")
+    })
+}
+
 #[test]
 fn bench_end_to_end_on_the_synthetic_workload() {
     let Some(_g) = privileged() else { return };
@@ -1983,25 +2013,7 @@ ready = {{ output = "^launched$" }}
         ),
     )
     .unwrap();
-    let out = sb.path().join("results");
-    let before = readahead_blks();
-    let o = run(sb.ws().args([
-        "bench",
-        "--suite",
-        suite.to_str().unwrap(),
-        "--rounds",
-        "2",
-        "--together",
-        "2",
-        "--state-dir",
-        sb.path().join("bench-state").to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]));
-    assert!(o.status.success(), "{}", text(&o));
-    assert_kernel_clean(&before);
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let (r, out) = bench_two_rounds(&sb, &suite, &["--together", "2"]);
     let scenarios: Vec<String> = r["scenarios"]
         .as_array()
         .unwrap()
@@ -2058,12 +2070,10 @@ ready = {{ output = "^launched$" }}
         assert!(svg.contains("</svg>"), "{f}");
     }
     // Nothing of the benchmark keeps running.
-    let needle = format!("{}", sb.path().display());
-    let left = any_process(|c| {
-        String::from_utf8_lossy(c).contains(&needle)
-            && !String::from_utf8_lossy(c).contains("cargo")
-    });
-    assert!(!left, "a benchmark process is still running");
+    assert!(
+        !bench_left_running(&sb),
+        "a benchmark process is still running"
+    );
 }
 
 /// ClusterFetch's evaluation in the bench: a loading of a running application, measured cold,
@@ -2090,25 +2100,7 @@ loaded = "^[{{]"
         ),
     )
     .unwrap();
-    let out = sb.path().join("results");
-    let before = readahead_blks();
-    let o = run(sb.ws().args([
-        "bench",
-        "--suite",
-        suite.to_str().unwrap(),
-        "--only",
-        "bursts",
-        "--rounds",
-        "2",
-        "--state-dir",
-        sb.path().join("bench-state").to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]));
-    assert!(o.status.success(), "{}", text(&o));
-    assert_kernel_clean(&before);
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let (r, out) = bench_two_rounds(&sb, &suite, &["--only", "bursts"]);
     // `--only bursts`: the loadings and no launch.
     assert!(r["apps"].as_array().unwrap().is_empty(), "{}", r["apps"]);
     let l = &r["loadings"][0];
@@ -2129,12 +2121,10 @@ loaded = "^[{{]"
     let svg = std::fs::read_to_string(out.join("loadings.svg")).unwrap();
     assert!(svg.contains("<rect"), "loadings.svg draws nothing");
     // Nothing of the benchmark keeps running: the loaders and the daemon are gone.
-    let needle = format!("{}", sb.path().display());
-    let left = any_process(|c| {
-        String::from_utf8_lossy(c).contains(&needle)
-            && !String::from_utf8_lossy(c).contains("cargo")
-    });
-    assert!(!left, "a benchmark process is still running");
+    assert!(
+        !bench_left_running(&sb),
+        "a benchmark process is still running"
+    );
 }
 
 #[test]

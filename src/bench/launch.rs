@@ -94,31 +94,13 @@ pub fn launch(spec: &LaunchSpec<'_>, interrupt: &AtomicUsize) -> Result<Outcome,
         .map_err(|e| BenchError::Setup(format!("cannot start `{first}`: {e}")))?;
     let pid = child.id() as i32;
     if let Ready::Output(re) = spec.ready {
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let (re, tx) = (re.clone(), tx.clone());
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(stream)
-                    .lines()
-                    .map_while(Result::ok)
-                {
-                    if re.is_match(&line) {
-                        let _ = tx.send(Ev::Ready);
-                    }
-                }
-            });
-        }
+        let (re, tx) = (re.clone(), tx.clone());
+        each_line(&mut child, move |line| {
+            if re.is_match(&line) {
+                let _ = tx.send(Ev::Ready);
+            }
+            true
+        });
     }
     {
         let tx = tx.clone();
@@ -172,6 +154,37 @@ pub fn launch(spec: &LaunchSpec<'_>, interrupt: &AtomicUsize) -> Result<Outcome,
         exit,
         usage,
     })
+}
+
+/// Hand every line of the child's stdout and stderr (each piped) to `f`, from a thread per
+/// stream, until the stream ends or `f` returns false.
+pub(super) fn each_line<F>(child: &mut Child, f: F)
+where
+    F: Fn(String) -> bool + Clone + Send + 'static,
+{
+    let streams = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ];
+    for stream in streams.into_iter().flatten() {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stream)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if !f(line) {
+                    break;
+                }
+            }
+        });
+    }
 }
 
 /// Close the launch: SIGTERM its process group (the leader too, if still running), wait up to

@@ -9,7 +9,7 @@
 //!   launch), holding the bursts it mined from earlier cold loadings.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -21,6 +21,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+use super::launch::each_line;
 use super::run::{scenario_summaries, setup_app, BenchDaemon, Ctx, Measurement, ScenarioSummary};
 use super::suite::{expand, LoadingSpec};
 use super::BenchError;
@@ -79,6 +80,8 @@ struct Loader<'a> {
     spec: &'a LoadingSpec,
     child: Child,
     stdin: Option<ChildStdin>,
+    /// The `load` line, expanded.
+    load: String,
     lines: mpsc::Receiver<String>,
     /// Its last lines of output, for an error message.
     tail: std::collections::VecDeque<String>,
@@ -103,36 +106,13 @@ impl<'a> Loader<'a> {
             BenchError::Setup(format!("{}: cannot start `{}`: {e}", spec.name, argv[0]))
         })?;
         let (tx, lines) = mpsc::channel();
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(stream)
-                    .lines()
-                    .map_while(Result::ok)
-                {
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
+        each_line(&mut child, move |line| tx.send(line).is_ok());
         let stdin = child.stdin.take();
         let mut l = Loader {
             spec,
             child,
             stdin,
+            load: format!("{}\n", expand(&spec.load, &ctx.work(&app), &ctx.venv)),
             lines,
             tail: Default::default(),
         };
@@ -196,15 +176,13 @@ impl<'a> Loader<'a> {
 
     /// Write the `load` line, wait for `loaded`: the loading's milliseconds.
     fn load(&mut self, ctx: &Ctx<'_>) -> Result<f64, BenchError> {
-        let work = ctx.work(&self.spec.as_app());
-        let line = format!("{}\n", expand(&self.spec.load, &work, &ctx.venv));
         let stdin = self
             .stdin
             .as_mut()
             .ok_or_else(|| BenchError::Setup(format!("{}: stdin closed", self.spec.name)))?;
         let t0 = Instant::now();
         stdin
-            .write_all(line.as_bytes())
+            .write_all(self.load.as_bytes())
             .and_then(|_| stdin.flush())
             .map_err(|e| {
                 BenchError::Setup(format!("{}: writing its stdin: {e}", self.spec.name))
@@ -230,7 +208,8 @@ impl Drop for Loader<'_> {
         if killpg(pg, Signal::SIGTERM).is_ok() {
             let deadline = Instant::now() + Duration::from_secs(3);
             while killpg(pg, None).is_ok() && Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {}
+                // Reaped, or the leader's zombie would keep the group alive.
+                let _ = self.child.try_wait();
                 std::thread::sleep(Duration::from_millis(10));
             }
             let _ = killpg(pg, Signal::SIGKILL);

@@ -173,6 +173,32 @@ pub struct Suite {
     pub loadings: Vec<LoadingSpec>,
 }
 
+/// The checks every entry shares (its name, not taken already, its command, its timeout):
+/// the timeout.
+fn check_entry(
+    name: &str,
+    taken: bool,
+    command: &[String],
+    timeout: Option<u64>,
+    invalid: &dyn Fn(String) -> SuiteError,
+) -> Result<Duration, SuiteError> {
+    if name.is_empty() || name.contains(|c: char| c == ',' || c.is_whitespace()) {
+        return Err(invalid(
+            "a name must be non-empty, without spaces or commas".into(),
+        ));
+    }
+    if taken {
+        return Err(invalid("duplicate name".into()));
+    }
+    if command.first().is_none_or(|c| c.is_empty()) {
+        return Err(invalid("`command` must name a program".into()));
+    }
+    match timeout.unwrap_or(60) {
+        t @ 1..=3600 => Ok(Duration::from_secs(t)),
+        _ => Err(invalid("timeout must be 1..=3600 seconds".into())),
+    }
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
@@ -202,17 +228,13 @@ impl Suite {
                 app: name.clone(),
                 msg,
             };
-            if name.is_empty() || name.contains(|c: char| c == ',' || c.is_whitespace()) {
-                return Err(invalid(
-                    "a name must be non-empty, without spaces or commas".into(),
-                ));
-            }
-            if apps.iter().any(|x| x.name == name) {
-                return Err(invalid("duplicate name".into()));
-            }
-            if a.command.is_empty() || a.command[0].is_empty() {
-                return Err(invalid("`command` must name a program".into()));
-            }
+            let timeout = check_entry(
+                &name,
+                apps.iter().any(|x| x.name == name),
+                &a.command,
+                a.timeout,
+                &invalid,
+            )?;
             let ready = match a.ready {
                 None => Ready::Exit,
                 Some(ReadyRaw::Keyword(k)) if k == "exit" => Ready::Exit,
@@ -235,17 +257,13 @@ impl Suite {
                     }
                 }
             };
-            let timeout = a.timeout.unwrap_or(60);
-            if timeout == 0 || timeout > 3600 {
-                return Err(invalid("timeout must be 1..=3600 seconds".into()));
-            }
             apps.push(AppSpec {
                 name,
                 command: a.command,
                 packages: a.packages,
                 setup: a.setup,
                 ready,
-                timeout: Duration::from_secs(timeout),
+                timeout,
                 env: a.env,
                 pip: a.pip,
             });
@@ -260,18 +278,14 @@ impl Suite {
                 app: name.clone(),
                 msg,
             };
-            if name.is_empty() || name.contains(|c: char| c == ',' || c.is_whitespace()) {
-                return Err(invalid(
-                    "a name must be non-empty, without spaces or commas".into(),
-                ));
-            }
             // One work directory per name: apps and loadings share the namespace.
-            if apps.iter().any(|x| x.name == name) || loadings.iter().any(|x| x.name == name) {
-                return Err(invalid("duplicate name".into()));
-            }
-            if l.command.is_empty() || l.command[0].is_empty() {
-                return Err(invalid("`command` must name a program".into()));
-            }
+            let timeout = check_entry(
+                &name,
+                apps.iter().any(|x| x.name == name) || loadings.iter().any(|x| x.name == name),
+                &l.command,
+                l.timeout,
+                &invalid,
+            )?;
             if l.load.contains('\n') {
                 return Err(invalid(
                     "`load` is one line (the harness ends it with a newline)".into(),
@@ -280,10 +294,6 @@ impl Suite {
             let re = |k: &str, v: &str| {
                 Regex::new(v).map_err(|e| invalid(format!("{k}: bad regex: {e}")))
             };
-            let timeout = l.timeout.unwrap_or(60);
-            if timeout == 0 || timeout > 3600 {
-                return Err(invalid("timeout must be 1..=3600 seconds".into()));
-            }
             loadings.push(LoadingSpec {
                 started: re("started", &l.started)?,
                 loaded: re("loaded", &l.loaded)?,
@@ -292,7 +302,7 @@ impl Suite {
                 load: l.load,
                 packages: l.packages,
                 setup: l.setup,
-                timeout: Duration::from_secs(timeout),
+                timeout,
                 env: l.env,
                 pip: l.pip,
             });

@@ -477,17 +477,26 @@ mod tests {
     }
 
     fn open(m: &mut Miner, t: u64, ino: u64, path: &str) {
+        open_by(m, 1, t, ino, path)
+    }
+
+    fn open_by(m: &mut Miner, pid: i32, t: u64, ino: u64, path: &str) {
         m.open(Opened {
             dev: DEV,
             ino,
             path: path.into(),
             t,
-            pid: 1,
+            pid,
         });
     }
 
     /// `n` non-contiguous reads of file `ino`, one every `gap` ns from `t`.
     fn reads(m: &mut Miner, t: u64, ino: u64, n: u64, gap: u64) -> u64 {
+        reads_by(m, 1, t, ino, n, gap)
+    }
+
+    /// `reads` by process `pid`.
+    fn reads_by(m: &mut Miner, pid: i32, t: u64, ino: u64, n: u64, gap: u64) -> u64 {
         for i in 0..n {
             m.read(
                 t + i * gap,
@@ -496,7 +505,7 @@ mod tests {
                     ino,
                     page: i * 10,
                     pages: 1,
-                    pid: 1,
+                    pid,
                 },
             );
         }
@@ -532,33 +541,6 @@ mod tests {
         }
     }
 
-    /// `reads` by process `pid`.
-    fn reads_by(m: &mut Miner, pid: i32, t: u64, ino: u64, n: u64) -> u64 {
-        for i in 0..n {
-            m.read(
-                t + i * 10_000,
-                Read {
-                    dev: DEV,
-                    ino,
-                    page: i * 10,
-                    pages: 1,
-                    pid,
-                },
-            );
-        }
-        t + n * 10_000
-    }
-
-    fn open_by(m: &mut Miner, pid: i32, t: u64, ino: u64, path: &str) {
-        m.open(Opened {
-            dev: DEV,
-            ino,
-            path: path.into(),
-            t,
-            pid,
-        });
-    }
-
     /// Two stretches of reads by one process, a computation between them (each stretch a
     /// burst, the log flushed by the pause as the live miner does): one burst under the first
     /// trigger, held back until the gap has passed; another reader's burst stays its own.
@@ -569,21 +551,21 @@ mod tests {
             ..cfg()
         });
         open_by(&mut m, 7, 0, 10, "/data/doc.pdf");
-        let t = reads_by(&mut m, 7, 10_000, 11, 20);
+        let t = reads_by(&mut m, 7, 10_000, 11, 20, 10_000);
         m.flush();
         m.clear();
         // Held back: a next phase may follow.
         assert!(m.take_bursts(Some(t + MS)).is_empty());
         let t2 = t + 700 * MS;
         open_by(&mut m, 7, t2, 12, "/usr/share/poppler/Greek");
-        let t3 = reads_by(&mut m, 7, t2 + 10_000, 13, 20);
+        let t3 = reads_by(&mut m, 7, t2 + 10_000, 13, 20, 10_000);
         m.flush();
         m.clear();
         assert!(m.take_bursts(Some(t3 + MS)).is_empty());
         // Another program's burst right after: the loading's burst is done.
         let t4 = t3 + 100 * MS;
         open_by(&mut m, 8, t4, 14, "/data/other.cfg");
-        let t5 = reads_by(&mut m, 8, t4 + 10_000, 15, 20);
+        let t5 = reads_by(&mut m, 8, t4 + 10_000, 15, 20, 10_000);
         m.flush();
         m.clear();
         let b = m.take_bursts(Some(t5 + MS));
@@ -599,7 +581,7 @@ mod tests {
         // A phase after more than PHASE_GAP is a burst of its own.
         let t6 = t5 + 3 * PHASE_GAP_NS;
         open_by(&mut m, 8, t6, 16, "/data/again.cfg");
-        reads_by(&mut m, 8, t6 + 10_000, 17, 20);
+        reads_by(&mut m, 8, t6 + 10_000, 17, 20, 10_000);
         m.flush();
         assert_eq!(m.take_bursts(None).len(), 1);
     }
