@@ -89,6 +89,17 @@ impl LaunchModel {
     /// time since the previous step minus the previous step's wait for its read, which the
     /// trace's block requests show (issue to completion), never more than the gap.
     pub fn from_run(run: &RawRun) -> Result<LaunchModel, EmulateError> {
+        Self::build(run, false)
+    }
+
+    /// A warm launch (nothing read from disk; the daemon learns from such launches) modelled
+    /// as if its cache had been dropped: every page it used is read, in the pieces it
+    /// touched them, and waited for. Its gaps are computation only.
+    pub fn from_warm_run(run: &RawRun) -> Result<LaunchModel, EmulateError> {
+        Self::build(run, true)
+    }
+
+    fn build(run: &RawRun, warm: bool) -> Result<LaunchModel, EmulateError> {
         let mut acc: Vec<_> = run.accesses.iter().filter(|a| a.pages > 0).collect();
         if acc.is_empty() {
             return Err(EmulateError::Empty);
@@ -97,7 +108,7 @@ impl LaunchModel {
         let mut units: Vec<Unit> = Vec::new();
         let mut unit_of: HashMap<PageKey, u32> = HashMap::new();
         let mut last_insert: HashMap<Target, (usize, u64)> = HashMap::new();
-        for a in acc.iter().filter(|a| a.from_disk) {
+        for a in acc.iter().filter(|a| a.from_disk || (warm && a.used)) {
             let idx = match last_insert.get(&a.target) {
                 Some(&(u, t))
                     if a.t.saturating_sub(t) <= UNIT_GAP_NS
@@ -165,7 +176,7 @@ impl LaunchModel {
                 target: a.target,
                 page: a.page,
                 pages: a.pages,
-                blocking: prev_wait > 0,
+                blocking: prev_wait > 0 || warm,
             });
             prev_t = a.t;
         }
@@ -644,6 +655,78 @@ pub fn emulate(
     Ok(out)
 }
 
+/// Strategies ranked by emulation right after learning (`auto` starts with the best and times
+/// only the best two on real launches, instead of every strategy).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Ranking {
+    pub at_unix: i64,
+    /// Recorded launches replayed (each once per scenario, interleaved).
+    pub launches: usize,
+    /// They were warm launches, modelled as cold (no cold one was recorded).
+    #[serde(default)]
+    pub from_warm: bool,
+    /// The emulated cold launch (no prefetch), mean ms.
+    pub cold_ms: f64,
+    /// Each plan's emulated launch, mean ms, fastest first.
+    pub strategies: Vec<(String, f64)>,
+}
+
+/// Replay the last `max_launches` of `runs`, cold and with each of `plans`, interleaved (a
+/// slower moment of the device falls on every scenario alike), and rank the plans.
+pub fn rank(
+    runs: &[RawRun],
+    plans: &[Plan],
+    o: &Options,
+    max_launches: usize,
+) -> Result<Ranking, EmulateError> {
+    // Cold launches show the kernel's own read sizes and waits; warm ones (the daemon learns
+    // from some) are modelled as cold (`LaunchModel::from_warm_run`) only when there is none.
+    let cold: Vec<&RawRun> = runs.iter().filter(|r| r.disk_bytes() > 0).collect();
+    let from_warm = cold.is_empty();
+    let pool: Vec<&RawRun> = if from_warm {
+        runs.iter().collect()
+    } else {
+        cold
+    };
+    let recent = &pool[pool.len().saturating_sub(max_launches.max(1))..];
+    if recent.is_empty() {
+        return Err(EmulateError::Empty);
+    }
+    let models: Vec<LaunchModel> = recent
+        .iter()
+        .map(|r| {
+            if from_warm {
+                LaunchModel::from_warm_run(r)
+            } else {
+                LaunchModel::from_run(r)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let files = Files::open(&plans.iter().collect::<Vec<_>>(), recent);
+    let mut cold = 0.0;
+    let mut sums = vec![0.0; plans.len()];
+    for m in &models {
+        cold += emulate(m, None, &files, o)?.launch_ms;
+        for (sum, p) in sums.iter_mut().zip(plans) {
+            *sum += emulate(m, Some(p), &files, o)?.launch_ms;
+        }
+    }
+    let n = models.len().max(1) as f64;
+    let mut strategies: Vec<(String, f64)> = plans
+        .iter()
+        .zip(sums)
+        .map(|(p, s)| (p.strategy.clone(), s / n))
+        .collect();
+    strategies.sort_by(|a, b| a.1.total_cmp(&b.1));
+    Ok(Ranking {
+        at_unix: crate::sys::now_unix(),
+        launches: models.len(),
+        from_warm,
+        cold_ms: cold / n,
+        strategies,
+    })
+}
+
 /// A recorded launch and its plans, exported to be emulated elsewhere
 /// (`warmstart emulate --export` / `--trace`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -862,6 +945,70 @@ mod tests {
             0,
             "O_DIRECT cached nothing"
         );
+    }
+
+    /// The ranking replays only launches that read from the disk, every plan once per
+    /// launch, and lists the plans fastest first; warm launches only when there is no other.
+    #[test]
+    fn ranking_replays_the_cold_launches_and_sorts_the_plans() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let p = dir.path().join("lib.so");
+        std::fs::write(&p, vec![7u8; 1 << 20]).unwrap();
+        let id = FileId::of(&p).unwrap();
+        if crate::device::open_direct(&id).is_none() {
+            return crate::testutil::skip("the build directory's filesystem has no O_DIRECT");
+        }
+        let f = Target::File {
+            dev: id.dev,
+            ino: id.ino,
+        };
+        let cold = run(
+            vec![access(f, 0, 256, MS, true)],
+            vec![req(MS, 2 * MS)],
+            3 * MS,
+        );
+        let warm = run(vec![access(f, 0, 256, MS, false)], vec![], 2 * MS);
+        let plan = |strategy: &str, entries: Vec<Entry>| Plan {
+            app: "t".into(),
+            created_unix: 0,
+            strategy: strategy.into(),
+            page_size: 4096,
+            files: vec![id.clone()],
+            devices: vec![],
+            entries,
+            provenance: Provenance::default(),
+            hold_entries: 0,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec![],
+        };
+        let plans = [
+            plan("fast", vec![]),
+            plan(
+                "trace",
+                vec![Entry::Data {
+                    file: 0,
+                    offset: 0,
+                    len: 1 << 20,
+                }],
+            ),
+        ];
+        let r = rank(&[cold.clone(), warm.clone()], &plans, &opts(), 2).unwrap();
+        assert_eq!(r.launches, 1, "the warm launch is not replayed: {r:?}");
+        assert!(r.cold_ms > 0.0, "{r:?}");
+        let mut names: Vec<&str> = r.strategies.iter().map(|s| s.0.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["fast", "trace"]);
+        assert!(r.strategies.windows(2).all(|w| w[0].1 <= w[1].1), "{r:?}");
+        assert!(!r.from_warm);
+        // Warm launches alone are modelled as cold: every page they used is read.
+        let w = rank(std::slice::from_ref(&warm), &plans, &opts(), 2).unwrap();
+        assert!(w.from_warm && w.launches == 1, "{w:?}");
+        let m = LaunchModel::from_warm_run(&warm).unwrap();
+        assert_eq!(m.disk_pages(), 256);
+        assert!(m.steps.iter().all(|s| s.blocking));
+        let o = emulate(&m, None, &Files::default(), &opts()).unwrap();
+        assert!(o.device_reads + o.modelled_reads > 0, "{o:?}");
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct LearnOptions {
     /// Plain cold launches timed after learning (a command that exits by itself only):
     /// what `auto` compares the strategies with before it may stop prefetching an app.
     pub baseline_runs: u32,
+    /// Rank the plans by emulation after learning, for `auto`.
+    pub emulate: bool,
 }
 
 impl Default for LearnOptions {
@@ -52,6 +54,7 @@ impl Default for LearnOptions {
         LearnOptions {
             runs: 2,
             baseline_runs: 2,
+            emulate: true,
             trace: TraceConfig::default(),
             allow_failure: false,
         }
@@ -73,6 +76,8 @@ pub struct Learned {
     pub plan_build_ms: f64,
     /// Size of the stored plan blob.
     pub plan_bytes: usize,
+    /// The plans ranked by emulation (None: not asked for, or not possible).
+    pub ranking: Option<crate::emulate::Ranking>,
 }
 
 /// Progress callback: (run index from 1, total runs, the finished run).
@@ -169,6 +174,13 @@ pub fn learn(
         .find(|p| p.strategy == Strategy::Trace.name())
         .cloned()
         .unwrap_or(plan);
+    let ranking = opts
+        .emulate
+        .then(|| rank_plans(&key.key, &runs, &plans, &facts))
+        .flatten();
+    if let Some(r) = &ranking {
+        store_ranking(store, app_id, r)?;
+    }
     let plan_bytes = plan.encode().map(|b| b.len()).unwrap_or(0);
     for r in &runs {
         let (exit_code, signal) = match r.exit() {
@@ -219,7 +231,43 @@ pub fn learn(
         plans,
         plan_build_ms,
         plan_bytes,
+        ranking,
     })
+}
+
+/// Recorded launches the ranking replays: the most recent ones that read from the disk. Each
+/// costs about its launch time per scenario (six scenarios), on the device but not in the
+/// page cache.
+pub const RANK_LAUNCHES: usize = 2;
+
+/// Rank an app's fresh plans by emulation (`crate::emulate::rank`). None (logged) when no
+/// ranking can be made: `auto` then tries strategies in the device class's order, as before
+/// there was an emulator.
+pub fn rank_plans(
+    app: &str,
+    runs: &[RawRun],
+    plans: &[Plan],
+    facts: &DeviceFacts,
+) -> Option<crate::emulate::Ranking> {
+    let o = crate::emulate::Options {
+        jobs: crate::prefetch::DEFAULT_JOBS,
+        facts: *facts,
+        hold_cap: std::time::Duration::from_millis(crate::prefetch::DEFAULT_HOLD_CAP_MS),
+    };
+    crate::emulate::rank(runs, plans, &o, RANK_LAUNCHES)
+        .map_err(|e| tracing::info!("{app}: plans not ranked by emulation: {e}"))
+        .ok()
+}
+
+/// Keep an app's emulated ranking for `auto`.
+pub fn store_ranking(
+    store: &mut Store,
+    app_id: i64,
+    r: &crate::emulate::Ranking,
+) -> Result<(), StoreError> {
+    let mut settings = store.app_settings(app_id)?;
+    settings.emulated = Some(r.clone());
+    store.set_app_settings(app_id, &settings)
 }
 
 /// One plain, untraced launch (after a cache drop when `cfg` says so), timed from its exec

@@ -142,6 +142,9 @@ pub struct LaunchRecord {
     /// Of the prefetched data, what was already in the page cache when it was requested.
     #[serde(default)]
     pub resident_bytes: Option<u64>,
+    /// `auto` chose the strategy (or the plain launch), not the user or the app's default.
+    #[serde(default)]
+    pub auto: bool,
 }
 
 /// Per-app settings kept between launches.
@@ -160,6 +163,9 @@ pub struct AppSettings {
     /// access events (`plan show` says what that costs).
     #[serde(default)]
     pub learned_without: Vec<String>,
+    /// The plans ranked by emulation after the last learning (`auto` times only the best two).
+    #[serde(default)]
+    pub emulated: Option<crate::emulate::Ranking>,
 }
 
 pub struct Store {

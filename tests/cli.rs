@@ -330,6 +330,12 @@ fn record_then_run_prefetches_the_workload() {
         assert!(show.get(k).is_some(), "plan show --json lacks {k}: {show}");
     }
     assert!(show["files"].as_u64().unwrap() >= 48);
+    // Learning ranked every plan by emulation (issue #28); auto starts with the best.
+    let ranked = rec["emulated"]["strategies"].as_array().expect("a ranking");
+    assert_eq!(ranked.len(), 5, "{rec}");
+    assert!(rec["emulated"]["launches"].as_u64().unwrap() >= 1, "{rec}");
+    assert_eq!(show["emulated"], rec["emulated"]);
+    assert!(show["why"].as_str().unwrap().contains("emulator"), "{show}");
     // plan compare: a plan holds all of itself; another database without the app is named.
     let db = sb.db();
     let o = run(sb
@@ -423,6 +429,25 @@ fn record_then_run_prefetches_the_workload() {
     );
     let stats = stderr_json(&o);
     assert_eq!(stats["plan"], true);
+    // It was auto's launch, with one of the two strategies emulation ranked best.
+    let ranking = store
+        .app_settings(row.id)
+        .unwrap()
+        .emulated
+        .expect("a stored ranking");
+    let queueing = store
+        .device_facts_any()
+        .unwrap()
+        .is_none_or(|f| f.queueing());
+    let last = store.launches(row.id, 1).unwrap().remove(0);
+    assert!(last.auto, "{last:?}");
+    let used = last.strategy.clone().unwrap();
+    assert!(
+        warmstart::schedule::auto::contenders(queueing, Some(&ranking))
+            .iter()
+            .any(|s| s.name() == used),
+        "{used} is not among the emulated best two of {ranking:?}"
+    );
     // `app disable` means never prefetched, by `run` too; `app enable` undoes it.
     for (verb, planned) in [("disable", false), ("enable", true)] {
         let o = run(sb.ws().args(["app", verb, "synth"]));
@@ -2518,6 +2543,22 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
         "major faults: cold {cold_faults}, with the daemon {faults}"
     );
     assert!(d.app(&sb)["prefetches"].as_u64().unwrap() >= 1);
+    // Once its plans were built, the daemon ranked them by emulation for auto (issue #28).
+    let t0 = Instant::now();
+    let ranking = loop {
+        let store = Store::open(&sb.db()).unwrap();
+        let row = store.find_app("synth").unwrap();
+        if let Some(r) = store.app_settings(row.id).unwrap().emulated {
+            break r;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no emulated ranking: {}",
+            d.status(&sb)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(ranking.strategies.len(), 5, "{ranking:?}");
     // An edited file of the app: the next check sends it back to learning.
     std::fs::write(
         app.join("share/part0004.bin"),

@@ -227,19 +227,33 @@ fn apps_markdown(r: &Results, s: &mut String) {
         );
         let _ = writeln!(
             s,
-            "| app | paralfetch raises | shift KiB | I/O distance | auto uses | why |"
+            "Emulated order: the strategies as `warmstart emulate` ranked them after learning \
+             (auto times only the first two). Auto's launches: its cold launches in this run, \
+             and in brackets those on a strategy whose median here is more than 5% slower than \
+             the best strategy's.\n"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---|---|");
+        let _ = writeln!(
+            s,
+            "| app | paralfetch raises | shift KiB | I/O distance | emulated order | auto's launches (worse) | auto uses | why |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---|---:|---|---|");
         for a in &r.apps {
             let d = &a.adapt;
             let o = |v: Option<u64>| v.map_or("–".into(), |v| v.to_string());
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
                 a.name,
                 d.paralfetch_raises,
                 o(d.shift_kib),
                 o(d.distance),
+                if d.emulated.is_empty() {
+                    "–".to_string()
+                } else {
+                    d.emulated.join(" < ")
+                },
+                d.auto_on_worse(&a.summary)
+                    .map_or("–".into(), |(n, w)| format!("{n} ({w})")),
                 d.auto_strategy.as_deref().unwrap_or("–"),
                 d.auto_reason.as_deref().unwrap_or("").replace('|', "/")
             );

@@ -229,9 +229,52 @@ pub struct Adapt {
     pub distance: Option<u64>,
     pub auto_strategy: Option<String>,
     pub auto_reason: Option<String>,
+    /// The strategies as emulation ranked them after learning, fastest first.
+    #[serde(default)]
+    pub emulated: Vec<String>,
+    /// What `auto` chose for its cold launches during the run, oldest first.
+    #[serde(default)]
+    pub auto_used: Vec<String>,
 }
 
-fn adapt_of(db: &Path, app: &str) -> Adapt {
+impl Adapt {
+    /// Of `auto`'s cold launches during the run, how many went to a strategy (or a plain
+    /// launch) whose median in this run is more than `auto::SWITCH_MARGIN` slower than the
+    /// best strategy's: (launches, on a worse one). None without auto's launches or medians.
+    pub fn auto_on_worse(
+        &self,
+        summary: &BTreeMap<String, ScenarioSummary>,
+    ) -> Option<(usize, usize)> {
+        let median = |name: &str| {
+            let scenario = if name == crate::schedule::auto::PLAIN {
+                "cold".to_string()
+            } else {
+                format!("warmstart:{name}")
+            };
+            summary
+                .get(&scenario)
+                .filter(|s| s.n > 0)
+                .map(|s| s.median_ms)
+        };
+        let best = crate::schedule::Strategy::ALL
+            .iter()
+            .filter_map(|s| median(s.name()))
+            .min_by(f64::total_cmp)?;
+        if self.auto_used.is_empty() {
+            return None;
+        }
+        let worse = self
+            .auto_used
+            .iter()
+            .filter(|s| {
+                median(s).is_some_and(|m| m > best * (1.0 + crate::schedule::auto::SWITCH_MARGIN))
+            })
+            .count();
+        Some((self.auto_used.len(), worse))
+    }
+}
+
+fn adapt_of(db: &Path, app: &str, since_unix: i64) -> Adapt {
     let Ok(store) = Store::open(db) else {
         return Adapt::default();
     };
@@ -247,14 +290,29 @@ fn adapt_of(db: &Path, app: &str) -> Adapt {
     let p = settings
         .paralfetch
         .unwrap_or_else(|| crate::schedule::ParalfetchSettings::defaults(queueing));
-    let (st, why) =
-        crate::schedule::auto::choose(&store.launches(row.id, 200).unwrap_or_default(), queueing);
+    let history = store.launches(row.id, 200).unwrap_or_default();
+    let (st, why) = crate::schedule::auto::choose(&history, queueing, settings.emulated.as_ref());
     Adapt {
         paralfetch_raises: settings.paralfetch_raises,
         shift_kib: Some(p.shift_bytes / 1024),
         distance: Some(p.distance),
         auto_strategy: Some(crate::schedule::auto::name_of(st).to_string()),
         auto_reason: Some(why),
+        emulated: settings
+            .emulated
+            .map(|r| r.strategies.into_iter().map(|s| s.0).collect())
+            .unwrap_or_default(),
+        auto_used: history
+            .iter()
+            .rev()
+            .filter(|l| {
+                l.auto
+                    && l.mode == "run"
+                    && l.at_unix >= since_unix
+                    && crate::schedule::auto::counts(l)
+            })
+            .filter_map(|l| l.strategy.clone())
+            .collect(),
     }
 }
 
@@ -1178,6 +1236,7 @@ pub fn run(
     interrupt: &AtomicUsize,
     progress: Progress<'_>,
 ) -> Result<Results, BenchError> {
+    let started_unix = crate::sys::now_unix();
     let db = opts.state_dir.join("bench.db");
     std::fs::create_dir_all(&opts.state_dir)
         .map_err(|e| BenchError::Setup(format!("{}: {e}", opts.state_dir.display())))?;
@@ -1307,7 +1366,7 @@ pub fn run(
     }
     for r in &mut results {
         summarize(r);
-        r.adapt = adapt_of(&ctx.db, &r.name);
+        r.adapt = adapt_of(&ctx.db, &r.name, started_unix);
     }
     let batch: Vec<AppSpec> = opts
         .apps

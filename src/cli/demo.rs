@@ -47,10 +47,11 @@ pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
         }
     };
     say(format!("learning {} ({} cold runs)...", key.key, a.runs));
-    // The demo times its own plain launches (and asks for a strategy).
+    // The demo times its own plain launches; the emulated ranking serves `auto` only.
     let mut opts = LearnOptions {
         runs: a.runs,
         baseline_runs: 0,
+        emulate: a.strategy == "auto",
         ..LearnOptions::default()
     };
     opts.trace.quiet = true;

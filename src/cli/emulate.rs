@@ -163,10 +163,18 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
         }
         v
     };
+    // Launches the daemon learned warm read nothing: with no cold one, they are modelled cold.
+    let all_warm = export.runs.iter().all(|r| r.disk_bytes() == 0);
     let models: Vec<LaunchModel> = export
         .runs
         .iter()
-        .map(LaunchModel::from_run)
+        .map(|r| {
+            if all_warm {
+                LaunchModel::from_warm_run(r)
+            } else {
+                LaunchModel::from_run(r)
+            }
+        })
         .collect::<Result<_, _>>()
         .with_context(|| format!("cannot model the recorded launches of {}", export.app))?;
     let files = Files::open(&plans, &export.runs.iter().collect::<Vec<_>>());
@@ -227,7 +235,7 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
         rates.iter().sum::<f64>() / rates.len() as f64
     });
     let n = models.len() as f64;
-    let report = Report {
+    let mut report = Report {
         app: export.app.clone(),
         launches: models.len(),
         rounds: a.rounds,
@@ -251,6 +259,14 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
                 .into(),
         ],
     };
+    if all_warm {
+        report.notes.push(
+            "every recorded launch was warm (read nothing from disk): each is emulated as \
+             if its cache had been dropped, every page it used read in the pieces it \
+             touched them"
+                .into(),
+        );
+    }
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(code::OK);

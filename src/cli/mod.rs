@@ -414,6 +414,11 @@ pub struct RecordArgs {
     /// gain from it (0: none).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=20))]
     pub baseline_runs: u32,
+    /// Do not rank the plans by emulation after learning (replaying the recorded launches
+    /// on the device takes about six launch times); `auto` then tries the strategies in
+    /// the device class's order on real launches.
+    #[arg(long)]
+    pub no_emulate: bool,
     /// Set the app's default strategy (fast, trace, sorted, paralfetch, hybrid, auto).
     #[arg(long)]
     pub strategy: Option<String>,

@@ -120,6 +120,7 @@ pub fn cmd(db: &Path, c: PlanCommand) -> anyhow::Result<i32> {
                 strategies: &strategies,
                 paralfetch: settings.paralfetch,
                 raises: settings.paralfetch_raises,
+                emulated: settings.emulated.as_ref(),
             };
             show(&plan, &row.key, &runs, &how, json, entries);
         }
@@ -278,6 +279,8 @@ struct How<'a> {
     strategies: &'a [String],
     paralfetch: Option<crate::schedule::ParalfetchSettings>,
     raises: u32,
+    /// The plans ranked by emulation after learning.
+    emulated: Option<&'a crate::emulate::Ranking>,
 }
 
 fn auto_choice(
@@ -295,7 +298,7 @@ fn auto_choice(
         .device_facts(&dev)?
         .map(|f| f.queueing())
         .unwrap_or(true);
-    let (s, why) = crate::schedule::auto::choose(&store.launches(row.id, 200)?, queueing);
+    let (s, why) = crate::schedule::auto::choose_stored(store, row.id, queueing)?;
     Ok((s, format!("auto: {why}")))
 }
 
@@ -330,6 +333,7 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
             "strategy_in_use": how.chosen,
             "why": how.why,
             "strategies": how.strategies,
+            "emulated": how.emulated,
             "hold_entries": plan.hold_entries,
             "segments": plan.segments,
             "t_exp_ms": plan.t_exp_ms,
@@ -346,6 +350,9 @@ fn show(plan: &Plan, key: &str, runs: &[(i64, i64)], how: &How<'_>, json: bool, 
     println!("app:          {key}");
     println!("strategy:     {} ({})", plan.strategy, how.why);
     println!("strategies:   {}", how.strategies.join(", "));
+    if let Some(r) = how.emulated {
+        println!("emulated:     {}", super::record::ranking_line(r));
+    }
     if plan.hold_entries > 0 {
         println!(
             "hold:         the application waits for the first {} entries",

@@ -65,6 +65,7 @@ pub fn cmd(db: &Path, a: RecordArgs) -> anyhow::Result<i32> {
         },
         allow_failure: a.allow_failure,
         baseline_runs: a.baseline_runs,
+        emulate: !a.no_emulate,
     };
     let quiet = a.json;
     // Said on a terminal only: a script's stderr keeps its one line per error.
@@ -142,6 +143,7 @@ pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
             "strategies": l.plans.iter().map(|p| json!({"strategy": p.strategy, "entries": p.entries.len(), "hold_entries": p.hold_entries})).collect::<Vec<_>>(),
             "plan_build_ms": l.plan_build_ms,
             "plan_bytes": l.plan_bytes,
+            "emulated": l.ranking,
         });
         println!("{v}");
     } else {
@@ -164,5 +166,23 @@ pub(super) fn print_learned(key: &AppKey, l: &Learned, json: bool) {
             p.dropped_pages,
             p.unused_pages_dropped
         );
+        if let Some(r) = &l.ranking {
+            println!("{}", ranking_line(r));
+        }
     }
+}
+
+/// The emulated ranking in one line: `ranked by emulation: fast 812 ms, … (cold 1204 ms)`.
+pub(super) fn ranking_line(r: &crate::emulate::Ranking) -> String {
+    format!(
+        "ranked by emulation ({} recorded launch{}): {} (cold {:.0} ms)",
+        r.launches,
+        if r.launches == 1 { "" } else { "es" },
+        r.strategies
+            .iter()
+            .map(|(s, ms)| format!("{s} {ms:.0} ms"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.cold_ms
+    )
 }

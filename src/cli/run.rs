@@ -51,6 +51,8 @@ struct Chosen {
     plan: Plan,
     strategy: Strategy,
     why: String,
+    /// `auto` chose the strategy.
+    by_auto: bool,
 }
 
 /// What a launch of a known app does.
@@ -92,6 +94,7 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
         Some(s) => parse_strategy(s)?,
         None => None,
     };
+    let by_auto = wanted.is_none();
     let (strategy, why) = match wanted {
         Some(s) => (
             s,
@@ -103,7 +106,7 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
         ),
         None => {
             let queueing = device_queueing(&store, db);
-            match auto::choose(&store.launches(app.id, 200)?, queueing) {
+            match auto::choose_stored(&store, app.id, queueing)? {
                 (Some(s), why) => (s, why),
                 (None, why) => {
                     tracing::debug!("{key}: {why}");
@@ -126,6 +129,7 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
         plan,
         strategy,
         why,
+        by_auto,
     }))))
 }
 
@@ -223,6 +227,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 app,
                 plan,
                 strategy,
+                by_auto,
                 ..
             } = c;
             // No connection may cross the fork; the prefetcher opens its own.
@@ -235,6 +240,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                     app,
                     plan,
                     strategy,
+                    by_auto,
                     started: t0,
                 },
                 PrefetchOptions {
@@ -321,6 +327,7 @@ fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, exe_bytes: u64, exe_cac
                         prefetched_bytes: exe_bytes,
                         resident_bytes: Some(exe_cached),
                         strategy: Some(auto::PLAIN.into()),
+                        auto: true,
                         ..LaunchRecord::default()
                     };
                     match Store::open(&db) {
@@ -408,6 +415,7 @@ struct Job {
     app: AppRow,
     plan: Plan,
     strategy: Strategy,
+    by_auto: bool,
     /// When `run` started: the launch's time is counted from there.
     started: Instant,
 }
@@ -497,6 +505,7 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
         app,
         plan,
         strategy,
+        by_auto,
         started,
     } = job;
     let db = db.as_path();
@@ -576,6 +585,7 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
         prefetch_ms: report.elapsed_ms,
         strategy: Some(strategy.name().into()),
         waits: Some(waits),
+        auto: by_auto,
         ..LaunchRecord::default()
     };
     after_launch(db, &app, strategy, entries, &rec);
@@ -673,6 +683,7 @@ fn wrapped(
         plan,
         strategy,
         why,
+        by_auto,
     } = c;
     drop(store);
     let entries = plan.entries.len();
@@ -721,6 +732,7 @@ fn wrapped(
         prefetch_ms: report.elapsed_ms,
         strategy: Some(strategy.name().into()),
         waits: Some(usage.voluntary_switches),
+        auto: by_auto,
     };
     after_launch(db, &app, strategy, entries, &rec);
     print_stats(

@@ -48,6 +48,10 @@ max_workers = 32
 # An app is learned from its second launch within this many hours: a command run once (a
 # script's one-off `sh -c`, a `mktemp`) is neither traced nor stored.
 learn_window_hours = 24.0
+# After building an app's plans, rank them by replaying its cold learning launch on the
+# device (O_DIRECT, nothing enters the page cache): `auto` starts with the best and times
+# only the best two on real launches. false: strategies are tried in the device class's order.
+rank_by_emulation = true
 # Apps not launched for this many days are forgotten (plans, runs, history); 0 keeps them.
 prune_after_days = 90
 # ClusterFetch: mine the read bursts of running applications system-wide and prefetch each
@@ -127,6 +131,7 @@ pub struct Config {
     pub max_instances: usize,
     pub max_workers: usize,
     pub learn_window_hours: f64,
+    pub rank_by_emulation: bool,
     pub prune_after_days: u32,
     pub bursts: bool,
     pub burst_min_kb: u64,
@@ -160,6 +165,7 @@ impl Default for Config {
             max_instances: 4,
             max_workers: 32,
             learn_window_hours: 24.0,
+            rank_by_emulation: true,
             prune_after_days: 90,
             bursts: true,
             burst_min_kb: 256,

@@ -184,7 +184,7 @@ fn choose_plan(
 ) -> Result<Option<(Arc<Plan>, Strategy)>, StoreError> {
     let strategy = match app.strategy.as_deref().and_then(Strategy::parse) {
         Some(st) => st,
-        None => match auto::choose(&s.launches(app.id, 200).unwrap_or_default(), queueing).0 {
+        None => match auto::choose_stored(s, app.id, queueing).map(|c| c.0)? {
             Some(st) => st,
             // Prefetching does not pay for this app: nothing to prefetch.
             None => return Ok(None),
@@ -998,6 +998,9 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
     if build_plans(sh, &mut s, &app, &mut lc, cfg) {
         drop(lc_held);
         refresh_cache(sh);
+        if cfg.rank_by_emulation {
+            rank_plans(sh, &mut s, &app);
+        }
     }
 }
 
@@ -1036,6 +1039,42 @@ fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg
         lc.phase
     );
     true
+}
+
+/// Rank an app's new plans by emulation for `auto` (seconds of `O_DIRECT` reads of its
+/// cold learning launch; run after the lifecycle lock is released, so other launches are
+/// not held up). Its first prefetched launches may use the device order meanwhile.
+fn rank_plans(sh: &Shared, s: &mut Store, app: &AppRow) {
+    let runs: Vec<RawRun> = s
+        .runs(app.id)
+        .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
+        .unwrap_or_default();
+    let mut plans = Vec::new();
+    for st in s.plan_strategies(app.id).unwrap_or_default() {
+        if let Ok(Some(p)) = s.plan_for(app, &st) {
+            plans.push(p);
+        }
+    }
+    let Ok(facts) = crate::learn::device_facts(s, &sh.run_dir) else {
+        return;
+    };
+    if let Some(r) = crate::learn::rank_plans(&app.key, &runs, &plans, &facts) {
+        let stored = {
+            let _lc = lc_guard(sh);
+            crate::learn::store_ranking(s, app.id, &r)
+        };
+        if let Err(e) = stored {
+            tracing::warn!("{}: cannot store the emulated ranking: {e}", app.key);
+            return;
+        }
+        tracing::info!(
+            "{}: plans ranked by emulation: {:?} (cold {:.0} ms)",
+            app.key,
+            r.strategies,
+            r.cold_ms
+        );
+        refresh_cache(sh);
+    }
 }
 
 /// Tell systemd (Type=notify) where the daemon is; nothing without `NOTIFY_SOCKET`. A failure

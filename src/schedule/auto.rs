@@ -4,7 +4,8 @@
 
 use super::Strategy;
 use crate::bench::stats::Spread;
-use crate::store::LaunchRecord;
+use crate::emulate::Ranking;
+use crate::store::{LaunchRecord, Store, StoreError};
 
 /// Samples of each strategy needed before it is compared.
 pub const MIN_SAMPLES: usize = 2;
@@ -70,13 +71,67 @@ pub fn preference(queueing: bool) -> Vec<Strategy> {
     }
 }
 
+/// Strategies real launches compare. Without an emulated ranking: the device class's order,
+/// each tried at the exploring launches. With one: its best two, ties (within
+/// `SWITCH_MARGIN`, the emulator's own spread between replays) broken by the device class's
+/// order, so no real launch goes to a strategy emulation ranked worse (issue #28).
+pub fn contenders(queueing: bool, emulated: Option<&Ranking>) -> Vec<Strategy> {
+    let order = preference(queueing);
+    let Some(r) = emulated else { return order };
+    let mut ranked: Vec<(Strategy, f64)> = r
+        .strategies
+        .iter()
+        .filter_map(|(n, ms)| Strategy::parse(n).map(|s| (s, *ms)))
+        .filter(|(_, ms)| ms.is_finite())
+        .collect();
+    let Some(best) = ranked.iter().map(|r| r.1).min_by(f64::total_cmp) else {
+        return order;
+    };
+    let pref = |s: Strategy| order.iter().position(|&o| o == s).unwrap_or(order.len());
+    let tie = |ms: f64| ms <= best * (1.0 + SWITCH_MARGIN);
+    ranked.sort_by(|a, b| {
+        (!tie(a.1), pref(a.0), a.1)
+            .partial_cmp(&(!tie(b.1), pref(b.0), b.1))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    // Outside the ties, emulated time alone orders them.
+    let n_tie = ranked.iter().filter(|r| tie(r.1)).count();
+    ranked[n_tie..].sort_by(|a, b| a.1.total_cmp(&b.1));
+    ranked.into_iter().take(2).map(|r| r.0).collect()
+}
+
+/// Load an app's history and emulated ranking from the store and `choose`.
+pub fn choose_stored(
+    store: &Store,
+    app_id: i64,
+    queueing: bool,
+) -> Result<(Choice, String), StoreError> {
+    let history = store.launches(app_id, 200)?;
+    let emulated = store.app_settings(app_id)?.emulated;
+    Ok(choose(&history, queueing, emulated.as_ref()))
+}
+
 /// Choose how to launch an app from its launch history (most recent first) and say why.
 /// Plain launches (`none`) come from `record`'s timed cold launches and from launches `auto`
 /// itself made plain: once the strategies are tried, a plain launch is chosen when its
 /// median is `SWITCH_MARGIN` faster than the best strategy's (prefetching that app does
 /// harm), and the best strategy is re-tried every `EXPLORE_EVERY` launches after that.
-pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Choice, String) {
-    let order = preference(queueing);
+pub fn choose(
+    history: &[LaunchRecord],
+    queueing: bool,
+    emulated: Option<&Ranking>,
+) -> (Choice, String) {
+    let order = contenders(queueing, emulated);
+    let first_why = match emulated {
+        Some(_) if order.len() == 2 => format!(
+            "the emulator's first choice; {} second, only these two are timed",
+            order[1].name()
+        ),
+        _ => format!(
+            "the {} device class's first choice",
+            if queueing { "queueing" } else { "non-queueing" }
+        ),
+    };
     let samples = |name: &str| -> Vec<f64> {
         history
             .iter()
@@ -101,10 +156,8 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Choice, String) {
         return (
             Some(first),
             format!(
-                "trying {} ({n_first} of {MIN_SAMPLES} timed launches so far; the {} device \
-                 class's first choice)",
+                "trying {} ({n_first} of {MIN_SAMPLES} timed launches so far; {first_why})",
                 first.name(),
-                if queueing { "queueing" } else { "non-queueing" }
             ),
         );
     }
@@ -207,8 +260,7 @@ pub fn choose(history: &[LaunchRecord], queueing: bool) -> (Choice, String) {
         return (
             Some(best),
             format!(
-                "{}: the device class's first choice, {:.0} ms over {} launches; {} at {:.0} ms \
-                 is not {:.0}% faster",
+                "{}: {first_why}, {:.0} ms over {} launches; {} at {:.0} ms is not {:.0}% faster",
                 best.name(),
                 best_ms,
                 n,
@@ -266,10 +318,10 @@ mod tests {
 
     #[test]
     fn explores_in_device_order_first() {
-        let (s, why) = choose(&[], true);
+        let (s, why) = choose(&[], true, None);
         assert_eq!(s, Some(Strategy::Paralfetch));
         assert!(why.contains("trying"), "{why}");
-        assert_eq!(choose(&[], false).0, Some(Strategy::Hybrid));
+        assert_eq!(choose(&[], false, None).0, Some(Strategy::Hybrid));
         // Timed twice: the first choice is kept; the others are tried only at the exploring
         // launches (the one timed longest ago, device order first), never at the launches between.
         let mut h = vec![
@@ -278,7 +330,7 @@ mod tests {
         ];
         let mut tried = Vec::new();
         while h.len() < 4 * EXPLORE_EVERY {
-            let (c, why) = choose(&h, true);
+            let (c, why) = choose(&h, true, None);
             let s = c.expect("no plain samples");
             if h.len() % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
                 assert_eq!(s, Strategy::Paralfetch, "launch {}: {why}", h.len() + 1);
@@ -299,11 +351,89 @@ mod tests {
         );
     }
 
+    fn ranking(times: &[(Strategy, f64)]) -> Ranking {
+        let mut strategies: Vec<(String, f64)> =
+            times.iter().map(|(s, ms)| (s.name().into(), *ms)).collect();
+        strategies.sort_by(|a, b| a.1.total_cmp(&b.1));
+        Ranking {
+            at_unix: 0,
+            launches: 1,
+            from_warm: false,
+            cold_ms: 2000.0,
+            strategies,
+        }
+    }
+
+    #[test]
+    fn the_emulated_best_two_are_the_only_strategies_timed() {
+        // Emulation ranks trace clearly first and sorted second; a queueing device's order
+        // would start with paralfetch and never time sorted.
+        let r = ranking(&[
+            (Strategy::Trace, 800.0),
+            (Strategy::Sorted, 900.0),
+            (Strategy::Paralfetch, 1000.0),
+            (Strategy::Fast, 1000.0),
+            (Strategy::Hybrid, 1100.0),
+        ]);
+        assert_eq!(
+            contenders(true, Some(&r)),
+            [Strategy::Trace, Strategy::Sorted]
+        );
+        let (first, why) = choose(&[], true, Some(&r));
+        assert_eq!(first, Some(Strategy::Trace));
+        assert!(why.contains("emulator"), "{why}");
+        let mut h = Vec::new();
+        let mut timed = std::collections::BTreeSet::new();
+        for _ in 0..6 * EXPLORE_EVERY * SLOW_RETRY {
+            let (c, why) = choose(&h, true, Some(&r));
+            let s = c.expect("no plain samples");
+            timed.insert(s.name());
+            h.insert(0, rec(s, if s == Strategy::Trace { 100.0 } else { 130.0 }));
+            let _ = why;
+        }
+        assert_eq!(
+            timed.into_iter().collect::<Vec<_>>(),
+            ["sorted", "trace"],
+            "only the emulated best two are timed on real launches"
+        );
+        // Real launches overturn the emulator's order: the second becomes the choice.
+        let h: Vec<LaunchRecord> =
+            each_twice(&[(Strategy::Trace, 130.0), (Strategy::Sorted, 100.0)], 1.0);
+        assert_eq!(choose(&h, true, Some(&r)).0, Some(Strategy::Sorted));
+    }
+
+    #[test]
+    fn emulated_ties_go_to_the_device_order() {
+        // The concurrent strategies emulate within 1% of each other (docs/measurements.md,
+        // 2026-11-25, sixth entry): the device class's order decides among them.
+        let r = ranking(&[
+            (Strategy::Fast, 1000.0),
+            (Strategy::Hybrid, 1002.0),
+            (Strategy::Trace, 1005.0),
+            (Strategy::Paralfetch, 1008.0),
+            (Strategy::Sorted, 1300.0),
+        ]);
+        assert_eq!(
+            contenders(true, Some(&r)),
+            [Strategy::Paralfetch, Strategy::Trace]
+        );
+        assert_eq!(
+            contenders(false, Some(&r)),
+            [Strategy::Hybrid, Strategy::Paralfetch]
+        );
+        // An empty or unparsable ranking is no ranking.
+        let none = Ranking {
+            strategies: vec![("warp".into(), 1.0)],
+            ..r
+        };
+        assert_eq!(contenders(true, Some(&none)), preference(true));
+    }
+
     #[test]
     fn a_queueing_device_never_tries_the_holding_strategies() {
         let mut h = Vec::new();
         for _ in 0..60 {
-            let (c, _) = choose(&h, true);
+            let (c, _) = choose(&h, true, None);
             let s = c.expect("no plain launch without plain samples");
             assert!(
                 !matches!(s, Strategy::Sorted | Strategy::Hybrid),
@@ -325,7 +455,7 @@ mod tests {
             ],
             2.0,
         );
-        let (s, why) = choose(&h, true);
+        let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Trace), "{why}");
         assert!(why.contains("fastest"), "{why}");
         // With 9 automatic launches behind, the 10th explores: the contender (within 10% of
@@ -334,7 +464,7 @@ mod tests {
             h.insert(0, rec(Strategy::Trace, 91.0));
         }
         assert_eq!(h.len(), 9);
-        let (s, why) = choose(&h, true);
+        let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Fast), "{why}");
         assert!(why.contains("re-trying"), "{why}");
         // Between those, no re-try at all when nothing else is close; every 50th launch
@@ -351,13 +481,13 @@ mod tests {
             lone.insert(0, rec(Strategy::Trace, 50.0));
         }
         assert_eq!(lone.len(), 19);
-        assert_eq!(choose(&lone, true).0, Some(Strategy::Trace));
+        assert_eq!(choose(&lone, true, None).0, Some(Strategy::Trace));
         for _ in 0..30 {
             lone.insert(0, rec(Strategy::Trace, 50.0));
         }
         assert_eq!(lone.len(), 49);
         // Fast's latest sample is older than paralfetch's.
-        let (s, why) = choose(&lone, true);
+        let (s, why) = choose(&lone, true, None);
         assert_eq!(s, Some(Strategy::Fast), "{why}");
         assert!(why.contains("re-trying"), "{why}");
     }
@@ -373,7 +503,7 @@ mod tests {
             ..LaunchRecord::default()
         };
         assert_eq!(
-            choose(&[r.clone(), r, learn], true).0,
+            choose(&[r.clone(), r, learn], true, None).0,
             Some(Strategy::Paralfetch)
         );
     }
@@ -388,7 +518,7 @@ mod tests {
             ],
             0.0,
         );
-        let (s, why) = choose(&h, true);
+        let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Paralfetch), "{why}");
         assert!(why.contains("first choice"), "{why}");
         // 6% faster is clearly faster.
@@ -398,7 +528,7 @@ mod tests {
         {
             r.wall_ms = 94.0;
         }
-        assert_eq!(choose(&h, true).0, Some(Strategy::Trace));
+        assert_eq!(choose(&h, true, None).0, Some(Strategy::Trace));
     }
 
     /// Do no harm: when plain launches are clearly faster than the best strategy, launch
@@ -419,25 +549,25 @@ mod tests {
             h.extend(strategies.iter().cloned());
             h
         };
-        let (c, why) = choose(&with_plain(180.0), true);
+        let (c, why) = choose(&with_plain(180.0), true, None);
         assert_eq!(c, None, "{why}");
         assert!(why.contains("plain launch"), "{why}");
         assert_eq!(name_of(c), "none");
         // Within the margin: keep prefetching.
-        let (c, why) = choose(&with_plain(195.0), true);
+        let (c, why) = choose(&with_plain(195.0), true, None);
         assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
         assert!(why.contains("a plain launch 195 ms"), "{why}");
         // Plain chosen: the 10th launch re-tries the best strategy.
         let mut h = with_plain(180.0);
         h.insert(0, rec_named(PLAIN, 180.0));
         assert_eq!(h.len(), 9);
-        let (c, why) = choose(&h, true);
+        let (c, why) = choose(&h, true, None);
         assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
         assert!(why.contains("re-trying"), "{why}");
         // One plain sample is not enough to stop prefetching.
         let mut h = strategies.clone();
         h.insert(0, rec_named(PLAIN, 100.0));
-        assert!(choose(&h, true).0.is_some());
+        assert!(choose(&h, true, None).0.is_some());
     }
 
     #[test]
@@ -454,7 +584,7 @@ mod tests {
         // record's two plain launches, the oldest, 14% slower than the best strategy.
         h.extend([rec_named(PLAIN, 173.0), rec_named(PLAIN, 173.0)]);
         assert_eq!(h.len(), 9);
-        let (c, why) = choose(&h, true);
+        let (c, why) = choose(&h, true, None);
         assert_eq!(c, None, "{why}");
         assert!(why.contains("re-trying none"), "{why}");
         // With enough plain launches, that slow it is no contender any more.
@@ -466,7 +596,7 @@ mod tests {
         while h2.iter().filter(|l| l.mode == "run").count() % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
             h2.insert(0, rec(Strategy::Paralfetch, 152.0));
         }
-        let (c, why) = choose(&h2, true);
+        let (c, why) = choose(&h2, true, None);
         assert!(c.is_some(), "{why}");
     }
 
@@ -496,7 +626,7 @@ mod tests {
         for _ in 0..5 {
             h.insert(0, warm(Strategy::Trace, 30.0));
         }
-        let (s, why) = choose(&h, true);
+        let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Paralfetch), "{why}");
     }
 }
