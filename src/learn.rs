@@ -335,7 +335,10 @@ pub fn base_of_warm(app: &str, runs: &[RawRun]) -> Base {
 }
 
 fn base_with(app: &str, runs: &[RawRun], derive_lookups: bool) -> Base {
-    let seq = extract(runs);
+    let mut seq = extract(runs);
+    if runs.iter().any(|r| r.mostly_warm()) {
+        seq.fill_gaps(crate::schedule::KEEP_UNUSED_GAP_PAGES);
+    }
     let resolver = Resolver::from_runs(runs);
     let dirs = DirBlocks::build(resolver.dirs());
     let first_start = runs

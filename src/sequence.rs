@@ -116,6 +116,19 @@ impl RawRun {
     }
 
     /// Bytes first-accessed from disk.
+    /// The launch found most of what it accessed already cached (a warm launch): it read
+    /// less than half of its pages from disk.
+    pub fn mostly_warm(&self) -> bool {
+        let all: u64 = self.accesses.iter().map(|a| a.pages).sum();
+        let disk: u64 = self
+            .accesses
+            .iter()
+            .filter(|a| a.from_disk)
+            .map(|a| a.pages)
+            .sum();
+        disk * 2 < all
+    }
+
     pub fn disk_bytes(&self) -> u64 {
         self.accesses
             .iter()
@@ -438,6 +451,47 @@ impl RawRun {
     }
 }
 
+/// The holes of at most `max_pages` between two accessed ranges of a file, as unused
+/// accesses at the time of the range before each (see `LaunchSequence::fill_gaps`).
+fn gap_fills(accesses: &[Access], max_pages: u64) -> Vec<Access> {
+    // Per file: (first page, end page, time of the access reaching that end).
+    let mut by_file: HashMap<Target, Vec<(u64, u64, u64)>> = HashMap::new();
+    for a in accesses {
+        if matches!(a.target, Target::File { .. }) && a.pages > 0 {
+            by_file
+                .entry(a.target)
+                .or_default()
+                .push((a.page, a.page + a.pages, a.t));
+        }
+    }
+    let mut fills = Vec::new();
+    for (target, mut ranges) in by_file {
+        ranges.sort_unstable();
+        let mut cur = ranges[0];
+        for &(first, end, t) in &ranges[1..] {
+            if first <= cur.1 {
+                if end > cur.1 {
+                    cur = (cur.0, end, t);
+                }
+                continue;
+            }
+            let hole = first - cur.1;
+            if hole <= max_pages {
+                fills.push(Access {
+                    target,
+                    page: cur.1,
+                    pages: hole,
+                    t: cur.2,
+                    from_disk: false,
+                    used: false,
+                });
+            }
+            cur = (first, end, t);
+        }
+    }
+    fills
+}
+
 /// The launch sequence of an app: what every learning run read, in the first run's order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LaunchSequence {
@@ -453,6 +507,25 @@ pub struct LaunchSequence {
 impl LaunchSequence {
     pub fn pages(&self) -> u64 {
         self.accesses.iter().map(|a| a.pages).sum()
+    }
+
+    /// A warm run (nothing read from disk) shows only the pages its launch used, and warm
+    /// runs of one launch differ in them (the kernel maps large cached folios around a
+    /// fault without an event for the pages beyond the fault-around window). A cold run
+    /// also shows what the readahead read between the used ranges, and a plan keeps such
+    /// an unused stretch when it is short (`schedule::KEEP_UNUSED_GAP_PAGES`) so that
+    /// requests stay large. Learned with warm runs, a plan lacked those stretches: 13% of
+    /// a cold recording's bytes on inkscape, in holes of up to 32 pages (docs/measurements.md,
+    /// 2026-11-26, fifth entry). This adds the holes of at most `max_pages` between two
+    /// accessed ranges of a file as unused accesses, at the time of the range before each.
+    pub fn fill_gaps(&mut self, max_pages: u64) {
+        let fills = gap_fills(&self.accesses, max_pages);
+        if fills.is_empty() {
+            return;
+        }
+        self.accesses.extend(fills);
+        // Stable: a fill follows the accesses of its instant.
+        self.accesses.sort_by_key(|a| a.t);
     }
 }
 
@@ -630,6 +703,34 @@ mod tests {
                 acc(f(1), 6, 1, 40)
             ]
         );
+    }
+
+    #[test]
+    fn short_holes_between_accessed_ranges_are_filled() {
+        const MS: u64 = 1_000_000;
+        // Accessed: pages 0-15 at 1 ms, 40-55 at 2 ms (a 20-page hole after the overlap
+        // below), 200-215 at 3 ms (a 144-page hole, longer than the limit), 16-19 at 4 ms.
+        let mut seq = LaunchSequence {
+            page_size: 4096,
+            accesses: vec![
+                acc(f(1), 0, 16, MS),
+                acc(f(1), 40, 16, 2 * MS),
+                acc(f(1), 200, 16, 3 * MS),
+                acc(f(1), 16, 4, 4 * MS),
+                acc(f(2), 0, 1, 5 * MS),
+            ],
+            ..LaunchSequence::default()
+        };
+        seq.fill_gaps(32);
+        let fills: Vec<(u64, u64, u64)> = seq
+            .accesses
+            .iter()
+            .filter(|a| !a.used)
+            .map(|a| (a.page, a.pages, a.t))
+            .collect();
+        // The hole 20..40 follows the range reaching page 19 (the access at 4 ms).
+        assert_eq!(fills, [(20, 20, 4 * MS)]);
+        assert!(seq.accesses.windows(2).all(|w| w[0].t <= w[1].t));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 """The daemon's plans against `record`'s, per suite app (issue 26, part 1).
 
     daemon-plans.py [--cold] [APP...]       (root; after a `warmstart bench` run; KEEP=1
-                                            keeps each daemon's database and log)
+                                            keeps each daemon's database and log;
+                                            EXTRA_CONFIG="bursts = false;..." adds
+                                            configuration lines)
 
 For each batch app of bench/suite.toml (ready = "exit"; default all of them) it starts a
 daemon with its own database and a configuration managing only that app's executable, then
@@ -48,7 +50,8 @@ for app in apps:
     tmp = tempfile.mkdtemp(prefix="ws-dplans-")
     db, run_dir, cfg = (os.path.join(tmp, n) for n in ("ws.db", "run", "config.toml"))
     open(cfg, "w").write(f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
-                         'min_launch_kb = 0\nt_idle_secs = 2.0\n')
+                         'min_launch_kb = 0\nt_idle_secs = 2.0\n'
+                         + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n")
     d = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=open(os.path.join(tmp, "log"), "w"))

@@ -38,10 +38,11 @@ buffer_kb = 8192
 # Launches traced at once (learning or checking; each a tracefs instance with buffer_kb per
 # CPU): a launch beyond it is not traced, and a later one learns or checks instead.
 max_traces = 4
-# tracefs instances the daemon holds at most: its exec watch, the burst miner, and one per
-# launch traced (or ready to be) and per burst check. With 4, the exec watch and the miner
-# leave room for one traced launch and one burst check at a time.
-max_instances = 4
+# tracefs instances the daemon holds at most: its exec watch, the burst miner, one per
+# launch traced and one ready for the next, and one per burst check and one ready for the
+# next. A burst check never takes the last free one (a launch's trace may need it). With 6:
+# one traced launch and one burst check at a time, each with the next one ready.
+max_instances = 6
 # Launches handled at once (a thread each, prefetching or tracing): beyond it, a launch runs
 # without the daemon, so an exec storm costs neither threads nor memory.
 max_workers = 32
@@ -162,7 +163,7 @@ impl Default for Config {
             jobs: 4,
             buffer_kb: 8192,
             max_traces: 4,
-            max_instances: 4,
+            max_instances: 6,
             max_workers: 32,
             learn_window_hours: 24.0,
             rank_by_emulation: true,

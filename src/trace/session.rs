@@ -879,7 +879,11 @@ impl AccessWatch {
         }
         let header = tfs.page_header()?;
         let tag = format!("{}-check", monotonic_ns() % 1_000_000_000);
-        let inst = tfs.create_instance(&tag)?;
+        // A check can be skipped (its burst is prefetched unchecked); a launch's learning
+        // trace cannot wait: one instance is always left for it. Without this the daemon's
+        // checks and their prepared watch held every instance and an app launched every few
+        // seconds was never learned (docs/measurements.md, 2026-11-26, fifth entry).
+        let inst = tfs.create_instance_leaving(&tag, 1)?;
         configure(&inst, &fmts, 1024, ACCESS_EVENTS)?;
         let reader = Reader::new(&inst, &fmts, header)?;
         Ok(AccessWatch { reader, inst })

@@ -35,6 +35,12 @@ pub fn live_instances() -> usize {
     LIVE.load(Ordering::SeqCst)
 }
 
+/// The count after one more instance, if `live` held now leave room for it and for `leave`
+/// more under `cap`.
+fn admit(live: usize, leave: usize, cap: usize) -> Option<usize> {
+    (live.saturating_add(leave) < cap).then_some(live + 1)
+}
+
 /// A mounted tracefs.
 #[derive(Clone, Debug)]
 pub struct Tracefs {
@@ -100,11 +106,16 @@ impl Tracefs {
     /// Create a new private instance, tracing off until `set_on(true)`; `InstanceCap` when
     /// this process holds as many as `cap_instances` allows.
     pub fn create_instance(&self, tag: &str) -> Result<Instance, TraceError> {
+        self.create_instance_leaving(tag, 0)
+    }
+
+    /// `create_instance`, but refused unless `leave` instances stay free under the cap after
+    /// it: what may wait (a burst's check) never takes the last instance a launch's trace
+    /// needs.
+    pub fn create_instance_leaving(&self, tag: &str, leave: usize) -> Result<Instance, TraceError> {
         let cap = CAP.load(Ordering::SeqCst);
         if LIVE
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < cap).then_some(n + 1)
-            })
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| admit(n, leave, cap))
             .is_err()
         {
             return Err(TraceError::InstanceCap(cap));
@@ -411,6 +422,20 @@ impl Drop for Instance {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_may_wait_leaves_the_last_instances_to_launches() {
+        // The daemon's default: 6. With 4 held, a launch's trace and a burst check fit; with
+        // 5 held only the launch's trace does; with 6 nothing.
+        assert_eq!(admit(4, 0, 6), Some(5));
+        assert_eq!(admit(4, 1, 6), Some(5));
+        assert_eq!(admit(5, 0, 6), Some(6));
+        assert_eq!(admit(5, 1, 6), None);
+        assert_eq!(admit(6, 0, 6), None);
+        // No cap (`usize::MAX`): never refused, never overflows.
+        assert_eq!(admit(3, 1, usize::MAX), Some(4));
+        assert_eq!(admit(usize::MAX - 1, 1, usize::MAX), None);
+    }
 
     #[test]
     fn finds_tracefs_in_mountinfo() {
