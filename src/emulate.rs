@@ -655,6 +655,64 @@ pub fn emulate(
     Ok(out)
 }
 
+/// The hybrid segmentation's fetch times from the emulation platform instead of the device
+/// model (issue #28): a segment is replayed on the device as a held plan by the emulator's
+/// prefetcher (`O_DIRECT`, nothing enters the page cache) and timed until all of it is in.
+/// A single item (the segmentation times every one of thousands, a device round trip
+/// each) and anything the emulator cannot read keep the model's time.
+pub struct EmulatedDisk {
+    skeleton: Plan,
+    files: Files,
+    o: Options,
+}
+
+impl EmulatedDisk {
+    /// For the items of plans built from `skeleton` (their file indices are its).
+    pub fn new(skeleton: &Plan, facts: DeviceFacts, jobs: usize) -> EmulatedDisk {
+        let mut skeleton = skeleton.clone();
+        skeleton.entries.clear();
+        skeleton.hold_entries = 0;
+        let files = Files::open(&[&skeleton], &[]);
+        EmulatedDisk {
+            skeleton,
+            files,
+            o: Options {
+                jobs,
+                facts,
+                // Timed to the end, however long the segment takes.
+                hold_cap: Duration::from_secs(600),
+            },
+        }
+    }
+}
+
+impl crate::schedule::strategy::DiskTimer for EmulatedDisk {
+    fn fetch_ms(&mut self, items: &[crate::schedule::Item]) -> f64 {
+        let mut model = crate::device::Model(self.o.facts);
+        if items.len() < 2 {
+            return model.fetch_ms(items);
+        }
+        let mut p = self.skeleton.clone();
+        p.entries = items.iter().map(|i| i.entry).collect();
+        p.hold_entries = p.entries.len() as u32;
+        let idle = LaunchModel {
+            page_size: p.page_size as u64,
+            steps: Vec::new(),
+            tail_ns: 0,
+            recorded_ms: 0.0,
+            recorded_wait_ms: 0.0,
+            recorded_busy_ms: 0.0,
+            recorded_read_bytes: 0,
+            units: Vec::new(),
+            unit_of: HashMap::new(),
+        };
+        match emulate(&idle, Some(&p), &self.files, &self.o) {
+            Ok(o) => o.hold_ms,
+            Err(_) => model.fetch_ms(items),
+        }
+    }
+}
+
 /// Strategies ranked by emulation right after learning (`auto` starts with the best and times
 /// only the best two on real launches, instead of every strategy).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -1009,6 +1067,59 @@ mod tests {
         assert!(m.steps.iter().all(|s| s.blocking));
         let o = emulate(&m, None, &Files::default(), &opts()).unwrap();
         assert!(o.device_reads + o.modelled_reads > 0, "{o:?}");
+    }
+
+    /// The hybrid segmentation's timer: a segment is replayed on the device (the page cache
+    /// untouched); a single item keeps the device model's time.
+    #[test]
+    fn a_segment_is_timed_on_the_device_without_caching() {
+        use crate::schedule::strategy::DiskTimer;
+        use crate::schedule::Item;
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let p = dir.path().join("lib.so");
+        std::fs::write(&p, vec![7u8; 2 << 20]).unwrap();
+        crate::testutil::evict(&p);
+        let id = FileId::of(&p).unwrap();
+        if crate::device::open_direct(&id).is_none() {
+            return crate::testutil::skip("the build directory's filesystem has no O_DIRECT");
+        }
+        let skeleton = Plan {
+            app: "t".into(),
+            created_unix: 0,
+            strategy: "hybrid".into(),
+            page_size: 4096,
+            files: vec![id],
+            devices: vec![],
+            entries: vec![],
+            provenance: Provenance::default(),
+            hold_entries: 0,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec![],
+        };
+        let item = |offset: u64| Item {
+            entry: Entry::Data {
+                file: 0,
+                offset,
+                len: 1 << 20,
+            },
+            t: 0,
+            disk: None,
+        };
+        let facts = opts().facts;
+        let mut disk = EmulatedDisk::new(&skeleton, facts, 2);
+        let one = [item(0)];
+        assert_eq!(
+            disk.fetch_ms(&one),
+            crate::device::Model(facts).fetch_ms(&one)
+        );
+        let ms = disk.fetch_ms(&[item(0), item(1 << 20)]);
+        assert!(ms > 0.0 && ms.is_finite(), "{ms}");
+        assert_eq!(
+            crate::sys::cached_pages_of(&p).unwrap(),
+            0,
+            "O_DIRECT cached nothing"
+        );
     }
 
     #[test]

@@ -160,6 +160,21 @@ pub fn learn(
         1.0 - unresolved_bytes as f64 / p.traced_data_bytes as f64
     };
     let plan_build_ms = build_start.elapsed().as_secs_f64() * 1e3;
+    if opts.emulate {
+        // The hybrid segments timed by replaying them on the device (seconds of reads, not
+        // counted as the plan's build time).
+        let mut disk =
+            crate::emulate::EmulatedDisk::new(&base.skeleton, facts, crate::prefetch::DEFAULT_JOBS);
+        let timed = plans_timed(&base, &facts, settings.paralfetch, &mut disk);
+        for p in &mut plans {
+            if let Some(t) = timed
+                .iter()
+                .find(|t| t.strategy == Strategy::Hybrid.name() && t.strategy == p.strategy)
+            {
+                *p = t.clone();
+            }
+        }
+    }
     store.save_learning(app_id, &runs, &mut plans)?;
     let missing = crate::trace::tracefs::Tracefs::open()
         .map(|t| crate::trace::session::missing_access_events(&t))
@@ -368,13 +383,22 @@ pub fn plans_for(
     facts: &DeviceFacts,
     paralfetch: Option<ParalfetchSettings>,
 ) -> Vec<Plan> {
+    plans_timed(base, facts, paralfetch, &mut crate::device::Model(*facts))
+}
+
+/// `plans_for`, the hybrid segmentation's fetch times from `timer`.
+pub fn plans_timed(
+    base: &Base,
+    facts: &DeviceFacts,
+    paralfetch: Option<ParalfetchSettings>,
+    timer: &mut dyn crate::schedule::strategy::DiskTimer,
+) -> Vec<Plan> {
     let queueing = facts.queueing();
-    let mut timer = crate::device::Model(*facts);
     let missing = missing_metadata(&base.skeleton, &crate::schedule::SysDevicePaths);
     let mut cx = StrategyContext {
         queueing,
         paralfetch: paralfetch.unwrap_or_else(|| ParalfetchSettings::defaults(queueing)),
-        disk: &mut timer,
+        disk: timer,
         missing: &missing,
     };
     Strategy::ALL
