@@ -165,13 +165,11 @@ pub fn learn(
         // counted as the plan's build time).
         let mut disk =
             crate::emulate::EmulatedDisk::new(&base.skeleton, facts, crate::prefetch::DEFAULT_JOBS);
-        let timed = plans_timed(&base, &facts, settings.paralfetch, &mut disk);
-        for p in &mut plans {
-            if let Some(t) = timed
-                .iter()
-                .find(|t| t.strategy == Strategy::Hybrid.name() && t.strategy == p.strategy)
-            {
-                *p = t.clone();
+        let hybrid = [Strategy::Hybrid];
+        let timed = plans_timed(&base, &hybrid, &facts, settings.paralfetch, &mut disk);
+        for t in timed {
+            if let Some(p) = plans.iter_mut().find(|p| p.strategy == t.strategy) {
+                *p = t;
             }
         }
     }
@@ -383,12 +381,19 @@ pub fn plans_for(
     facts: &DeviceFacts,
     paralfetch: Option<ParalfetchSettings>,
 ) -> Vec<Plan> {
-    plans_timed(base, facts, paralfetch, &mut crate::device::Model(*facts))
+    plans_timed(
+        base,
+        &Strategy::ALL,
+        facts,
+        paralfetch,
+        &mut crate::device::Model(*facts),
+    )
 }
 
-/// `plans_for`, the hybrid segmentation's fetch times from `timer`.
+/// These strategies' plans of `base`, the hybrid segmentation's fetch times from `timer`.
 pub fn plans_timed(
     base: &Base,
+    strategies: &[Strategy],
     facts: &DeviceFacts,
     paralfetch: Option<ParalfetchSettings>,
     timer: &mut dyn crate::schedule::strategy::DiskTimer,
@@ -401,7 +406,7 @@ pub fn plans_timed(
         disk: timer,
         missing: &missing,
     };
-    Strategy::ALL
+    strategies
         .iter()
         .map(|s| plan_for(base, *s, &mut cx))
         .collect()
