@@ -2894,8 +2894,9 @@ fn daemon_under_load_reload_and_corrupt_plans() {
     {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
-            "launches not counted: {}",
-            d.status(&sb)
+            "launches not counted: {}\n{}",
+            d.status(&sb),
+            std::fs::read_to_string(&d.log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -3415,13 +3416,14 @@ fn back_to_back_learning_launches_do_not_poison_an_app() {
     };
     let t0 = Instant::now();
     while [0, 1].iter().any(|&i| phase(i) != "prefetching") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "never both learned: {}\n{}\ndaemon: {:?}",
-            d.borrow().status(&sb),
-            std::fs::read_to_string(&d.borrow().log).unwrap_or_default(),
-            d.borrow_mut().child.try_wait()
-        );
+        if t0.elapsed() >= Duration::from_secs(120) {
+            // One borrow at a time: a mutable one among shared ones in the message's
+            // arguments panicked and hid the daemon's log.
+            let status = d.borrow().status(&sb);
+            let log = std::fs::read_to_string(&d.borrow().log).unwrap_or_default();
+            let exited = d.borrow_mut().child.try_wait();
+            panic!("never both learned: {status}\n{log}\ndaemon: {exited:?}");
+        }
         assert!(
             [0, 1].iter().all(|&i| phase(i) != "too-small"),
             "an app ended too small: {}",
