@@ -818,6 +818,33 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
+    /// A file of `bytes` in the build directory, out of the page cache; None when its
+    /// filesystem refuses `O_DIRECT`.
+    fn direct_file(dir: &std::path::Path, bytes: usize) -> Option<(std::path::PathBuf, FileId)> {
+        let p = dir.join("lib.so");
+        std::fs::write(&p, vec![7u8; bytes]).unwrap();
+        crate::testutil::evict(&p);
+        let id = FileId::of(&p).unwrap();
+        crate::device::open_direct(&id).map(|_| (p, id))
+    }
+
+    fn plan_of(strategy: &str, files: Vec<FileId>, entries: Vec<Entry>, hold_entries: u32) -> Plan {
+        Plan {
+            app: "t".into(),
+            created_unix: 0,
+            strategy: strategy.into(),
+            page_size: 4096,
+            files,
+            devices: vec![],
+            entries,
+            provenance: Provenance::default(),
+            hold_entries,
+            segments: vec![],
+            t_exp_ms: None,
+            notes: vec![],
+        }
+    }
+
     fn access(target: Target, page: u64, pages: u64, t: u64, from_disk: bool) -> Access {
         Access {
             target,
@@ -944,13 +971,9 @@ mod tests {
     #[test]
     fn replay_reads_the_device_without_caching() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let p = dir.path().join("lib.so");
-        std::fs::write(&p, vec![7u8; 4 << 20]).unwrap();
-        crate::testutil::evict(&p);
-        let id = FileId::of(&p).unwrap();
-        if crate::device::open_direct(&id).is_none() {
+        let Some((p, id)) = direct_file(dir.path(), 4 << 20) else {
             return crate::testutil::skip("the build directory's filesystem has no O_DIRECT");
-        }
+        };
         let f = Target::File {
             dev: id.dev,
             ino: id.ino,
@@ -967,24 +990,16 @@ mod tests {
         );
         let m = LaunchModel::from_run(&r).unwrap();
         assert!(m.steps.iter().all(|s| s.blocking));
-        let plan = Plan {
-            app: "t".into(),
-            created_unix: 0,
-            strategy: "sorted".into(),
-            page_size: 4096,
-            files: vec![id.clone()],
-            devices: vec![],
-            entries: vec![Entry::Data {
+        let plan = plan_of(
+            "sorted",
+            vec![id.clone()],
+            vec![Entry::Data {
                 file: 0,
                 offset: 0,
                 len: 4 << 20,
             }],
-            provenance: Provenance::default(),
-            hold_entries: 1,
-            segments: vec![],
-            t_exp_ms: None,
-            notes: vec![],
-        };
+            1,
+        );
         let files = Files::open(&[&plan], &[&r]);
         assert_eq!(files.len(), 1);
         let cold = emulate(&m, None, &files, &opts()).unwrap();
@@ -1010,12 +1025,9 @@ mod tests {
     #[test]
     fn ranking_replays_the_cold_launches_and_sorts_the_plans() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let p = dir.path().join("lib.so");
-        std::fs::write(&p, vec![7u8; 1 << 20]).unwrap();
-        let id = FileId::of(&p).unwrap();
-        if crate::device::open_direct(&id).is_none() {
+        let Some((_p, id)) = direct_file(dir.path(), 1 << 20) else {
             return crate::testutil::skip("the build directory's filesystem has no O_DIRECT");
-        }
+        };
         let f = Target::File {
             dev: id.dev,
             ino: id.ino,
@@ -1026,20 +1038,8 @@ mod tests {
             3 * MS,
         );
         let warm = run(vec![access(f, 0, 256, MS, false)], vec![], 2 * MS);
-        let plan = |strategy: &str, entries: Vec<Entry>| Plan {
-            app: "t".into(),
-            created_unix: 0,
-            strategy: strategy.into(),
-            page_size: 4096,
-            files: vec![id.clone()],
-            devices: vec![],
-            entries,
-            provenance: Provenance::default(),
-            hold_entries: 0,
-            segments: vec![],
-            t_exp_ms: None,
-            notes: vec![],
-        };
+        let plan =
+            |strategy: &str, entries: Vec<Entry>| plan_of(strategy, vec![id.clone()], entries, 0);
         let plans = [
             plan("fast", vec![]),
             plan(
@@ -1076,27 +1076,10 @@ mod tests {
         use crate::schedule::strategy::DiskTimer;
         use crate::schedule::Item;
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let p = dir.path().join("lib.so");
-        std::fs::write(&p, vec![7u8; 2 << 20]).unwrap();
-        crate::testutil::evict(&p);
-        let id = FileId::of(&p).unwrap();
-        if crate::device::open_direct(&id).is_none() {
+        let Some((p, id)) = direct_file(dir.path(), 2 << 20) else {
             return crate::testutil::skip("the build directory's filesystem has no O_DIRECT");
-        }
-        let skeleton = Plan {
-            app: "t".into(),
-            created_unix: 0,
-            strategy: "hybrid".into(),
-            page_size: 4096,
-            files: vec![id],
-            devices: vec![],
-            entries: vec![],
-            provenance: Provenance::default(),
-            hold_entries: 0,
-            segments: vec![],
-            t_exp_ms: None,
-            notes: vec![],
         };
+        let skeleton = plan_of("hybrid", vec![id], vec![], 0);
         let item = |offset: u64| Item {
             entry: Entry::Data {
                 file: 0,
