@@ -924,6 +924,34 @@ pub fn tree_threads(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// `pid` and its live descendants, at most `max`, from the kernel's lists of each thread's
+/// children (`/proc/PID/task/TID/children`): no scan of all of /proc.
+pub fn tree_of(pid: i32, max: usize) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() && out.len() < max {
+        let p = out[i];
+        i += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.filter_map(Result::ok) {
+            let Ok(kids) = std::fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            for k in kids
+                .split_whitespace()
+                .filter_map(|k| k.parse::<i32>().ok())
+            {
+                if out.len() < max && !out.contains(&k) {
+                    out.push(k);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// All live descendants of `pid`, from the ppid links in /proc.
 pub fn descendants(pid: i32) -> Vec<i32> {
     let mut parent = Vec::new();
@@ -988,6 +1016,11 @@ mod proc_tests {
         let pid = c.id() as i32;
         assert_eq!(parent_of(pid), Some(std::process::id() as i32));
         assert!(descendants(std::process::id() as i32).contains(&pid));
+        let me = std::process::id() as i32;
+        let tree = tree_of(me, 64);
+        assert_eq!(tree[0], me);
+        assert!(tree.contains(&pid), "{tree:?}");
+        assert_eq!(tree_of(me, 1), vec![me]);
         let _ = c.kill();
         let _ = c.wait();
     }

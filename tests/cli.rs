@@ -3249,6 +3249,59 @@ fn daemon_learns_a_command_from_its_second_launch_only() {
     }
 }
 
+/// A launch whose front is a script (R, soffice, chromium): the daemon attaches after the
+/// interpreter's exec, and the program is exec'd later by the same process. What the
+/// interpreter mapped and what the script ran before that exec belong to the launch, as in
+/// `record`'s plan, not to a launcher whose reads are dropped (issue #26, part 1).
+#[test]
+fn the_daemon_learns_a_script_front_with_its_interpreter() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let bin = sb.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let (dash, helper) = (bin.join("dash"), bin.join("helper"));
+    std::fs::copy("/usr/bin/dash", &dash).unwrap();
+    std::fs::copy("/usr/bin/true", &helper).unwrap();
+    let app = sb.workload(8, 64);
+    let front = sb.path().join("front");
+    std::fs::write(
+        &front,
+        format!(
+            "#!{}\nsleep 0.3\n{}\nexec {}\n",
+            dash.display(),
+            helper.display(),
+            synth_launch(&app).join(" ")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&front, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = daemon_config(&sb, &[front.as_path()], 1000, 0);
+    let d = Daemon::start(&sb, &config);
+    // The first launch cold, the rest warm, as a user's day goes.
+    drop_caches();
+    let launch = || {
+        let o = run(&mut Command::new(&front));
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    d.wait_phase(&sb, "prefetching", launch);
+    let o = run(sb
+        .ws()
+        .args(["plan", "show", "front", "--entries", "100000"]));
+    let shown = text(&o);
+    assert!(o.status.success(), "{shown}");
+    for f in [&dash, &helper] {
+        assert!(
+            shown.contains(&format!("data     {} @", f.display())),
+            "{} not in the plan:\n{shown}",
+            f.display()
+        );
+    }
+    assert!(
+        shown.contains(&format!("data     {}/", app.display())),
+        "{shown}"
+    );
+}
+
 /// The daemon gives a launch what `run` gives it (issue #26, one orchestration): kept off
 /// the disk's interrupt CPU while the plan is issued, its CPUs back afterwards. The launch's
 /// CPUs are sampled from outside every millisecond.

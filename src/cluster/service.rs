@@ -261,7 +261,11 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                 }
             }
         }
-        if next_watch.is_none() {
+        // Made ahead, but not while launches start: it would hold up their tracers' attach
+        // (`tracefs::launches_quiet`).
+        if next_watch.is_none()
+            && crate::trace::tracefs::launches_quiet(std::time::Duration::from_millis(500))
+        {
             next_watch = AccessWatch::prepare(&tfs).ok();
         }
         // Then the miner.

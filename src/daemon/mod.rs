@@ -344,6 +344,7 @@ fn trace_config(cfg: &Config) -> TraceConfig {
 
 /// An exec happened: decide, quickly, what to do, and do the rest on another thread.
 fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
+    crate::trace::tracefs::note_launch();
     if let Ok(mut e) = sh.early.lock() {
         if let Some(entry) = e.get_mut(&pid) {
             entry.1 = Some(exec_ts);
@@ -463,6 +464,7 @@ fn exec_monitor() -> Option<Fanotify> {
 /// An executable was opened for exec by `pid`: if it is an app with a cached plan, start
 /// prefetching now, before the exec completes.
 fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
+    crate::trace::tracefs::note_launch();
     let now = monotonic_ns();
     let name = exe.file_name().unwrap_or_default().to_string_lossy();
     if AppKey::is_interpreter(&name) || pid as u32 == std::process::id() {
@@ -558,7 +560,7 @@ fn prefetch_launch(
                 serving.finish(exited)
             });
         let tc = trace_config(cfg);
-        let r = attach(sh, pid, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
+        let r = attach(sh, pid, exec_ts, cfg).and_then(|a| a.trace(exec_ts, &tc, &sh.stop));
         release_trace(sh, &app.key);
         let checked = Some(r.map_err(|e| match e {
             crate::trace::TraceError::InstanceCap(_) => tracing::debug!("{}: {e}", app.key),
@@ -819,26 +821,40 @@ fn saved_estimate(plan: &Plan, miss: Option<f64>, sh: &Shared) -> f64 {
     requests * latency_ms * (1.0 - miss.unwrap_or(0.0)).max(0.0)
 }
 
+/// The next trace's instance is made after this long without a launch (a script front's
+/// helpers and its program exec within it), or after `PREPARE_MAX_WAIT` regardless.
+const PREPARE_QUIET: Duration = Duration::from_millis(500);
+const PREPARE_MAX_WAIT: Duration = Duration::from_secs(10);
+
 /// Start following `pid` with the prepared setup (made now if none is ready), and prepare the
 /// next one in the background. Attaching first, before any other work, keeps the start of
 /// the launch in the recording.
 fn attach(
     sh: &Arc<Shared>,
     pid: i32,
+    exec_ts: u64,
     cfg: &Config,
 ) -> Result<crate::trace::session::Attached, crate::trace::TraceError> {
     let tc = trace_config(cfg);
     let ready = sh.prepared.lock().ok().and_then(|mut p| p.take());
+    let ready_was = ready.is_some();
     let prepared = match ready {
         Some(p) => p,
         None => crate::trace::session::Prepared::new(&sh.tfs, &tc)?,
     };
     let attached = prepared.attach(pid);
+    tracing::debug!(
+        "pid {pid}: traced from {:.1} ms after its exec ({})",
+        (monotonic_ns().saturating_sub(exec_ts)) as f64 / 1e6,
+        if ready_was { "prepared" } else { "set up now" }
+    );
     spawn_worker(sh, "warmstart-prepare", move |sh| prepare_next(sh, &tc));
     attached
 }
 
 fn prepare_next(sh: &Shared, tc: &TraceConfig) {
+    // Not while launches are starting: making an instance would hold up their attaches.
+    crate::trace::tracefs::wait_launches_quiet(PREPARE_QUIET, PREPARE_MAX_WAIT);
     if sh.stop.load(Ordering::SeqCst) || sh.prepared.lock().map(|p| p.is_some()).unwrap_or(true) {
         return;
     }
@@ -900,7 +916,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         return;
     }
     // Record first; whether the recording is wanted is decided while it runs.
-    let attached = attach(sh, pid, cfg);
+    let attached = attach(sh, pid, exec_ts, cfg);
     let decision = (|| -> Option<(Store, AppRow)> {
         let mut s = store(sh).ok()?;
         let app = match s.app_by_key(&key.key).ok()? {

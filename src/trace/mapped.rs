@@ -122,6 +122,27 @@ pub fn mapped_files(pid: i32, page_size: u64) -> Vec<MappedFile> {
     out
 }
 
+/// Two snapshots of one process as one: `later`'s runs not already in `earlier` added after
+/// it (a program exec'd in between maps other files; a page mapped in both counts once).
+pub fn merge(mut earlier: Vec<MappedFile>, later: Vec<MappedFile>) -> Vec<MappedFile> {
+    for f in later {
+        match earlier
+            .iter_mut()
+            .find(|m| m.dev == f.dev && m.ino == f.ino)
+        {
+            Some(m) => {
+                for r in f.runs {
+                    if !m.runs.contains(&r) {
+                        m.runs.push(r);
+                    }
+                }
+            }
+            None => earlier.push(f),
+        }
+    }
+    earlier
+}
+
 /// Consecutive indices as `first..=last` runs.
 fn to_runs(idx: impl Iterator<Item = u64>) -> Vec<(u64, u64)> {
     let mut runs: Vec<(u64, u64)> = Vec::new();
@@ -179,6 +200,32 @@ mod tests {
             vec![(3, 5), (9, 9), (11, 12)]
         );
         assert!(to_runs(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn snapshots_merge_by_file_keeping_the_first_order() {
+        let d = Dev {
+            major: 254,
+            minor: 0,
+        };
+        let f = |ino, runs: Vec<(u64, u64)>| MappedFile {
+            path: PathBuf::from(format!("/f{ino}")),
+            dev: d,
+            ino,
+            runs,
+        };
+        let m = merge(
+            vec![f(1, vec![(0, 3)]), f(2, vec![(5, 5)])],
+            vec![f(3, vec![(0, 0)]), f(1, vec![(0, 3), (8, 9)])],
+        );
+        assert_eq!(
+            m,
+            vec![
+                f(1, vec![(0, 3), (8, 9)]),
+                f(2, vec![(5, 5)]),
+                f(3, vec![(0, 0)])
+            ]
+        );
     }
 
     #[test]

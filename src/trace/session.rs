@@ -638,16 +638,65 @@ pub struct Attached {
     pid: i32,
     /// What the process had mapped when tracing began (`trace::mapped`).
     early: Vec<super::mapped::MappedFile>,
+    /// The program it was running then (`/proc/PID/exe`).
+    exe: String,
 }
 
 impl Prepared {
     /// Start following `pid` now; decide later whether to keep the recording. What it
-    /// mapped before (its first faults, missed) is read from its page tables.
+    /// mapped before (its first faults, missed) is read from its page tables once it is
+    /// followed. Setting the pid filter takes under a millisecond, but 30-200 ms while any
+    /// process makes or removes a tracefs instance (the kernel's tracing locks), long
+    /// enough for a script front to run its helpers and exec its program, whose mappings
+    /// replace the interpreter's: meanwhile the tree's mappings are sampled every few ms.
     pub fn attach(self, pid: i32) -> Result<Attached, TraceError> {
         let mut tr = self.0;
-        tr.follow(pid)?;
-        let early = super::mapped::mapped_files(pid, sys::page_size());
-        Ok(Attached { tr, pid, early })
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let (followed, sampled) = std::thread::scope(|s| {
+            let sampler = std::thread::Builder::new()
+                .name("warmstart-maps".into())
+                .spawn_scoped(s, || sample_while(pid, &done));
+            let r = tr.follow(pid);
+            done.store(true, Ordering::SeqCst);
+            let sampled = match sampler {
+                Ok(h) => {
+                    h.thread().unpark();
+                    h.join().unwrap_or_default()
+                }
+                Err(_) => Vec::new(),
+            };
+            (r, sampled)
+        });
+        followed?;
+        let early =
+            super::mapped::merge(sampled, super::mapped::mapped_files(pid, sys::page_size()));
+        Ok(Attached {
+            tr,
+            pid,
+            early,
+            exe,
+        })
+    }
+}
+
+/// How often the tree's mappings are read while the pid filter is being set.
+const SAMPLE_EVERY: Duration = Duration::from_millis(3);
+
+/// The file pages `pid` and its descendants map, sampled every `SAMPLE_EVERY` until `done`
+/// (nothing if it is set within the first period, the usual case).
+fn sample_while(pid: i32, done: &std::sync::atomic::AtomicBool) -> Vec<super::mapped::MappedFile> {
+    let mut seen = Vec::new();
+    loop {
+        std::thread::park_timeout(SAMPLE_EVERY);
+        if done.load(Ordering::SeqCst) {
+            return seen;
+        }
+        for p in sys::tree_of(pid, 64) {
+            seen = super::mapped::merge(seen, super::mapped::mapped_files(p, sys::page_size()));
+        }
     }
 }
 
@@ -660,7 +709,7 @@ impl Attached {
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<TracedLaunch, TraceError> {
         let mut t = stream_attached(self.tr, self.pid, exec_ts, cfg, stop)?;
-        add_early(&mut t, &self.early, exec_ts);
+        add_early(&mut t, &self.early, exec_ts, &self.exe);
         Ok(t)
     }
 }
@@ -668,8 +717,19 @@ impl Attached {
 /// Pages mapped before tracing began count as used at the exec, ahead of every traced
 /// access (fault-around events, which is what a fault on a cached page looks like), and
 /// their files as opened by the process (the open-file monitor started after they were).
-fn add_early(t: &mut TracedLaunch, early: &[super::mapped::MappedFile], exec_ts: u64) {
-    let mut events = Vec::new();
+/// The exec the tracer was attached for (the daemon's exec event, missed by the trace) is
+/// recorded first, so that it is the launch's exec: a script front's interpreter that execs
+/// the program later (R, soffice, chromium) is the launch, not a launcher whose reads are
+/// dropped (`RawRun::from_trace`).
+fn add_early(t: &mut TracedLaunch, early: &[super::mapped::MappedFile], exec_ts: u64, exe: &str) {
+    let mut events = vec![Event {
+        ts: exec_ts,
+        tid: t.root_pid,
+        kind: EventKind::Exec {
+            pid: t.root_pid,
+            filename: exe.to_string(),
+        },
+    }];
     for f in early {
         for &(index, last) in &f.runs {
             events.push(Event {
@@ -917,5 +977,84 @@ impl AccessWatch {
     pub fn events(&mut self) -> Result<Vec<Event>, TraceError> {
         self.reader.drain()?;
         Ok(std::mem::take(&mut self.reader.events))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sequence::{DeviceMap, RawRun, Target};
+    use crate::sys::Dev;
+
+    struct NoBlockDevices;
+    impl DeviceMap for NoBlockDevices {
+        fn block_device(&self, _: Dev, _: u64) -> Option<Dev> {
+            None
+        }
+    }
+
+    /// The daemon attaches to a script front (bash running /usr/bin/R) after its exec; the
+    /// interpreter then runs a helper and execs the program. What the script's process tree
+    /// read before that second exec belongs to the launch, as it does when `record` traces
+    /// the same command from its first exec.
+    #[test]
+    fn an_attached_script_front_is_the_launch_not_its_launcher() {
+        let d = Dev {
+            major: 254,
+            minor: 0,
+        };
+        let ev = |ts, kind| Event { ts, tid: 100, kind };
+        let fault = |ts, ino| {
+            ev(
+                ts,
+                EventKind::Fault {
+                    dev: d,
+                    ino,
+                    index: 0,
+                },
+            )
+        };
+        let mut t = TracedLaunch {
+            root_pid: 100,
+            start_ts: 1000,
+            end_ts: 9000,
+            events: vec![
+                fault(1010, 7), // the script's helper (sed), read by the interpreter's tree
+                ev(
+                    1100,
+                    EventKind::Exec {
+                        pid: 100,
+                        filename: "/usr/lib/R/bin/exec/R".into(),
+                    },
+                ),
+                fault(1200, 5), // the program
+            ],
+            block: vec![],
+            opens: vec![],
+            opens_overflowed: false,
+            ended: EndReason::Exited,
+            exit: Exit::Code(0),
+            usage: Usage::default(),
+            tracer_tids: vec![],
+        };
+        let early = [super::super::mapped::MappedFile {
+            path: "/usr/bin/bash".into(),
+            dev: d,
+            ino: 3,
+            runs: vec![(0, 1)],
+        }];
+        add_early(&mut t, &early, 1000, "/usr/bin/bash");
+        assert_eq!(t.exec_ts(), 1000);
+        let r = RawRun::from_trace(&t, 4096, &NoBlockDevices);
+        let inos: Vec<u64> = r
+            .accesses
+            .iter()
+            .filter_map(|a| match a.target {
+                Target::File { ino, .. } => Some(ino),
+                Target::Meta { .. } => None,
+            })
+            .collect();
+        assert_eq!(inos, vec![3, 7, 5], "{:?}", r.accesses);
+        assert_eq!(r.execs, vec!["/usr/bin/bash", "/usr/lib/R/bin/exec/R"]);
     }
 }

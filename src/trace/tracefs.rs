@@ -6,7 +6,8 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use nix::fcntl::{open, OFlag};
 use nix::sys::stat::Mode;
@@ -22,6 +23,33 @@ pub const INSTANCE_PREFIX: &str = "warmstart-";
 /// daemon to 433 instances and 7.5 GB (issue #30). One count for the whole process, since
 /// the daemon's parts (exec watch, traces, the burst miner and its checks) each open tracefs.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// When a launch was last seen (CLOCK_MONOTONIC ns; 0: never): see `launches_quiet`.
+static LAST_LAUNCH: AtomicU64 = AtomicU64::new(0);
+
+/// A launch was seen now: a tracer may be about to attach to it.
+pub fn note_launch() {
+    LAST_LAUNCH.store(crate::sys::monotonic_ns(), Ordering::Relaxed);
+}
+
+/// No launch seen for `quiet`. Making or removing an instance holds the kernel's tracing
+/// locks for 30-200 ms on this VM (the new instance's event directories, the removed one's
+/// RCU grace period), and a tracer attaching meanwhile waits for them: a daemon's
+/// attach to a launch took 32-46 ms instead of 0.6 ms when a burst check made its next
+/// instance at the launch's trigger open (docs/measurements.md, 2026-11-26, sixth entry).
+/// What can wait (a watch made in advance) is made when launches are quiet.
+pub fn launches_quiet(quiet: Duration) -> bool {
+    let last = LAST_LAUNCH.load(Ordering::Relaxed);
+    last == 0 || crate::sys::monotonic_ns().saturating_sub(last) >= quiet.as_nanos() as u64
+}
+
+/// Wait until `launches_quiet(quiet)`, at most `max`.
+pub fn wait_launches_quiet(quiet: Duration, max: Duration) {
+    let t0 = std::time::Instant::now();
+    while !launches_quiet(quiet) && t0.elapsed() < max {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 static CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Let this process hold at most `n` tracefs instances from now on (the daemon's
