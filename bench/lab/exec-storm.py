@@ -42,17 +42,18 @@ def storm():
     times = []
     running = []
     t = time.monotonic()
+    def reap():
+        for r in list(running):
+            if r[0].poll() is not None:
+                times.append((time.monotonic() - r[1]) * 1000)
+                running.remove(r)
+
     for n, c in enumerate(cmds):
-        wait = t + n * gap - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        while len(running) >= parallel:
-            for r in list(running):
-                if r[0].poll() is not None:
-                    times.append((time.monotonic() - r[1]) * 1000)
-                    running.remove(r)
-            if len(running) >= parallel:
-                time.sleep(0.0005)
+        # Commands in flight are polled every 0.5 ms while waiting for the next one's turn,
+        # so each is timed to its exit, not to the next command's start.
+        while time.monotonic() < t + n * gap or len(running) >= parallel:
+            reap()
+            time.sleep(0.0005)
         running.append((subprocess.Popen(c, stdout=subprocess.DEVNULL), time.monotonic()))
     for p, s0 in running:
         p.wait()
