@@ -821,11 +821,6 @@ fn saved_estimate(plan: &Plan, miss: Option<f64>, sh: &Shared) -> f64 {
     requests * latency_ms * (1.0 - miss.unwrap_or(0.0)).max(0.0)
 }
 
-/// The next trace's instance is made after this long without a launch (a script front's
-/// helpers and its program exec within it), or after `PREPARE_MAX_WAIT` regardless.
-const PREPARE_QUIET: Duration = Duration::from_millis(500);
-const PREPARE_MAX_WAIT: Duration = Duration::from_secs(10);
-
 /// Start following `pid` with the prepared setup (made now if none is ready), and prepare the
 /// next one in the background. Attaching first, before any other work, keeps the start of
 /// the launch in the recording.
@@ -853,8 +848,11 @@ fn attach(
 }
 
 fn prepare_next(sh: &Shared, tc: &TraceConfig) {
-    // Not while launches are starting: making an instance would hold up their attaches.
-    crate::trace::tracefs::wait_launches_quiet(PREPARE_QUIET, PREPARE_MAX_WAIT);
+    // Made now, not when launches are quiet (as the burst service's next watch is): under
+    // back-to-back launches a trace without a prepared instance set one up on the spot,
+    // 40-80 ms after its exec, and saw none of a short launch (daemon_under_load_…, CI of
+    // 7adb3fc); a collision of this instance's making with the next launch's attach costs
+    // that launch no more, and its tree's mappings are sampled meanwhile.
     if sh.stop.load(Ordering::SeqCst) || sh.prepared.lock().map(|p| p.is_some()).unwrap_or(true) {
         return;
     }

@@ -37,19 +37,12 @@ pub fn note_launch() {
 /// RCU grace period), and a tracer attaching meanwhile waits for them: a daemon's
 /// attach to a launch took 32-46 ms instead of 0.6 ms when a burst check made its next
 /// instance at the launch's trigger open (docs/measurements.md, 2026-11-26, sixth entry).
-/// What can wait (a watch made in advance) is made when launches are quiet.
+/// What can wait (the burst service's next watch) is made when launches are quiet.
 pub fn launches_quiet(quiet: Duration) -> bool {
     let last = LAST_LAUNCH.load(Ordering::Relaxed);
     last == 0 || crate::sys::monotonic_ns().saturating_sub(last) >= quiet.as_nanos() as u64
 }
 
-/// Wait until `launches_quiet(quiet)`, at most `max`.
-pub fn wait_launches_quiet(quiet: Duration, max: Duration) {
-    let t0 = std::time::Instant::now();
-    while !launches_quiet(quiet) && t0.elapsed() < max {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 static CAP: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Let this process hold at most `n` tracefs instances from now on (the daemon's
