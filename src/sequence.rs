@@ -893,6 +893,52 @@ mod tests {
         assert_eq!(inos, vec![f(5)], "{:?}", r.accesses);
     }
 
+    /// The daemon attaches to a script front (bash running /usr/bin/R) after its exec; the
+    /// interpreter then runs a helper and execs the program. What the script's process tree
+    /// read before that second exec belongs to the launch, as it does when `record` traces
+    /// the same command from its first exec (`trace::session::add_early`).
+    #[test]
+    fn an_attached_script_front_is_the_launch_not_its_launcher() {
+        use crate::trace::Event;
+        let ev = |ts, kind| Event { ts, tid: 100, kind };
+        let fault = |ts, ino| {
+            ev(
+                ts,
+                EventKind::Fault {
+                    dev: D,
+                    ino,
+                    index: 0,
+                },
+            )
+        };
+        let mut t = traced(
+            vec![
+                fault(1010, 7), // the script's helper (sed), read by the interpreter's tree
+                ev(
+                    1100,
+                    EventKind::Exec {
+                        pid: 100,
+                        filename: "/usr/lib/R/bin/exec/R".into(),
+                    },
+                ),
+                fault(1200, 5), // the program
+            ],
+            vec![],
+        );
+        let early = [crate::trace::mapped::MappedFile {
+            path: "/usr/bin/bash".into(),
+            dev: D,
+            ino: 3,
+            runs: vec![(0, 1)],
+        }];
+        crate::trace::session::add_early(&mut t, &early, 1000, "/usr/bin/bash");
+        assert_eq!(t.exec_ts(), 1000);
+        let r = RawRun::from_trace(&t, 4096, &FakeDevices);
+        let inos: Vec<Target> = r.accesses.iter().map(|a| a.target).collect();
+        assert_eq!(inos, vec![f(3), f(7), f(5)], "{:?}", r.accesses);
+        assert_eq!(r.execs, vec!["/usr/bin/bash", "/usr/lib/R/bin/exec/R"]);
+    }
+
     #[test]
     fn from_trace_classifies_metadata_and_pairs_block_requests() {
         use crate::trace::{BlockRq, Event};

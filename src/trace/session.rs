@@ -721,7 +721,12 @@ impl Attached {
 /// recorded first, so that it is the launch's exec: a script front's interpreter that execs
 /// the program later (R, soffice, chromium) is the launch, not a launcher whose reads are
 /// dropped (`RawRun::from_trace`).
-fn add_early(t: &mut TracedLaunch, early: &[super::mapped::MappedFile], exec_ts: u64, exe: &str) {
+pub(crate) fn add_early(
+    t: &mut TracedLaunch,
+    early: &[super::mapped::MappedFile],
+    exec_ts: u64,
+    exe: &str,
+) {
     let mut events = vec![Event {
         ts: exec_ts,
         tid: t.root_pid,
@@ -977,84 +982,5 @@ impl AccessWatch {
     pub fn events(&mut self) -> Result<Vec<Event>, TraceError> {
         self.reader.drain()?;
         Ok(std::mem::take(&mut self.reader.events))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sequence::{DeviceMap, RawRun, Target};
-    use crate::sys::Dev;
-
-    struct NoBlockDevices;
-    impl DeviceMap for NoBlockDevices {
-        fn block_device(&self, _: Dev, _: u64) -> Option<Dev> {
-            None
-        }
-    }
-
-    /// The daemon attaches to a script front (bash running /usr/bin/R) after its exec; the
-    /// interpreter then runs a helper and execs the program. What the script's process tree
-    /// read before that second exec belongs to the launch, as it does when `record` traces
-    /// the same command from its first exec.
-    #[test]
-    fn an_attached_script_front_is_the_launch_not_its_launcher() {
-        let d = Dev {
-            major: 254,
-            minor: 0,
-        };
-        let ev = |ts, kind| Event { ts, tid: 100, kind };
-        let fault = |ts, ino| {
-            ev(
-                ts,
-                EventKind::Fault {
-                    dev: d,
-                    ino,
-                    index: 0,
-                },
-            )
-        };
-        let mut t = TracedLaunch {
-            root_pid: 100,
-            start_ts: 1000,
-            end_ts: 9000,
-            events: vec![
-                fault(1010, 7), // the script's helper (sed), read by the interpreter's tree
-                ev(
-                    1100,
-                    EventKind::Exec {
-                        pid: 100,
-                        filename: "/usr/lib/R/bin/exec/R".into(),
-                    },
-                ),
-                fault(1200, 5), // the program
-            ],
-            block: vec![],
-            opens: vec![],
-            opens_overflowed: false,
-            ended: EndReason::Exited,
-            exit: Exit::Code(0),
-            usage: Usage::default(),
-            tracer_tids: vec![],
-        };
-        let early = [super::super::mapped::MappedFile {
-            path: "/usr/bin/bash".into(),
-            dev: d,
-            ino: 3,
-            runs: vec![(0, 1)],
-        }];
-        add_early(&mut t, &early, 1000, "/usr/bin/bash");
-        assert_eq!(t.exec_ts(), 1000);
-        let r = RawRun::from_trace(&t, 4096, &NoBlockDevices);
-        let inos: Vec<u64> = r
-            .accesses
-            .iter()
-            .filter_map(|a| match a.target {
-                Target::File { ino, .. } => Some(ino),
-                Target::Meta { .. } => None,
-            })
-            .collect();
-        assert_eq!(inos, vec![3, 7, 5], "{:?}", r.accesses);
-        assert_eq!(r.execs, vec!["/usr/bin/bash", "/usr/lib/R/bin/exec/R"]);
     }
 }
