@@ -3146,6 +3146,27 @@ fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
         cold_reads > 0 && warm_reads * 10 < cold_reads,
         "cold {cold_reads}, warm {warm_reads}"
     );
+    // The traced launch is in the history as such, not among the timed launches `auto`
+    // compares (its detached prefetcher records it once the launch is over).
+    let store = Store::open(&sb.db()).unwrap();
+    let row = store.find_app("synth").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let history = loop {
+        let h = store.launches(row.id, 100).unwrap();
+        if h.iter().any(|l| l.mode == "traced") || std::time::Instant::now() > deadline {
+            break h;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let traced: Vec<_> = history.iter().filter(|l| l.mode == "traced").collect();
+    assert_eq!(traced.len(), 1, "{history:?}");
+    assert!(traced[0].strategy.is_some(), "{history:?}");
+    assert!(
+        !history
+            .iter()
+            .any(|l| l.mode == "run" && l.strategy.as_deref() != Some("none")),
+        "a prefetched launch recorded as timed: {history:?}"
+    );
 }
 
 /// Do no harm: `record` times plain cold launches; when they are clearly faster than every

@@ -44,7 +44,13 @@ fn plan_of(db: &Path, key: &str, strategy: Option<&str>) -> anyhow::Result<Optio
 
 /// `warmstart run ... -- CMD` as the launcher users run, for the prefetched launch.
 fn run_argv(db: &Path, a: &ExplainArgs, front: &Path) -> Vec<OsString> {
-    let mut v: Vec<OsString> = vec![front.into(), "--db".into(), db.into(), "run".into()];
+    let mut v: Vec<OsString> = vec![
+        front.into(),
+        "--db".into(),
+        db.into(),
+        "run".into(),
+        "--traced".into(),
+    ];
     if let Some(s) = &a.strategy {
         v.extend(["--strategy".into(), s.into()]);
     }
@@ -157,8 +163,13 @@ pub fn run_explained(db: &Path, a: &super::RunArgs) -> anyhow::Result<i32> {
     let interrupt = interrupt_flag()?;
     let syms = Ksyms::load();
     let front = super::launcher_exe()?;
-    let mut argv: Vec<OsString> =
-        vec![front.clone().into(), "--db".into(), db.into(), "run".into()];
+    let mut argv: Vec<OsString> = vec![
+        front.clone().into(),
+        "--db".into(),
+        db.into(),
+        "run".into(),
+        "--traced".into(),
+    ];
     if let Some(s) = &a.strategy {
         argv.extend(["--strategy".into(), s.into()]);
     }

@@ -34,6 +34,7 @@ pub struct FastRun {
     pub mem_cap_mb: Option<u64>,
     pub hold_cap_ms: Option<u64>,
     pub share_cpu: bool,
+    pub traced: bool,
     pub strategy: Option<String>,
     pub app: Option<String>,
     pub command: Vec<OsString>,
@@ -46,6 +47,7 @@ impl FastRun {
             stats: false,
             json: false,
             explain: false,
+            traced: self.traced,
             jobs: self.jobs.unwrap_or(DEFAULT_JOBS as u16),
             mem_cap_mb: self.mem_cap_mb,
             meta_jobs: self.meta_jobs.unwrap_or(DEFAULT_META_JOBS as u16),
@@ -134,6 +136,10 @@ pub fn classify(args: &[OsString]) -> Option<FastRun> {
         }
         if tok == "--share-cpu" {
             f.share_cpu = true;
+            continue;
+        }
+        if tok == "--traced" {
+            f.traced = true;
             continue;
         }
         match tok.split_once('=') {

@@ -447,6 +447,10 @@ pub struct RunArgs {
     /// dropping the cache first; root).
     #[arg(long, conflicts_with = "stats")]
     pub explain: bool,
+    /// This launch is traced (by `explain`): recorded as `traced`, so `auto` does not compare
+    /// its time, slowed by the tracing, with untraced launches.
+    #[arg(long, hide = true)]
+    pub traced: bool,
     /// Prefetch worker threads.
     #[arg(long, default_value_t = crate::prefetch::DEFAULT_JOBS as u16, value_parser = clap::value_parser!(u16).range(1..=crate::prefetch::MAX_JOBS as i64))]
     pub jobs: u16,

@@ -44,6 +44,17 @@ const TIMED_LAUNCH: Duration = Duration::from_secs(30);
 /// next launch's schedule more aggressive.
 const WAIT_SHARE: f64 = 0.05;
 
+/// The history's name for a launch: `traced` launches (by `explain`) are kept apart, as
+/// tracing slows them and `auto` compares times (a traced window app's launch runs to the
+/// trace's end, 3 s against 1 s plain: `auto` then chose plain launches for it).
+fn mode_of(traced: bool) -> &'static str {
+    if traced {
+        "traced"
+    } else {
+        "run"
+    }
+}
+
 /// A plan chosen for this launch.
 struct Chosen {
     store: Store,
@@ -241,6 +252,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                     plan,
                     strategy,
                     by_auto,
+                    traced: a.traced,
                     started: t0,
                 },
                 PrefetchOptions {
@@ -284,7 +296,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 // How warm this launch is, for `auto` to leave a warm one out.
                 let exe_bytes = std::fs::metadata(&exe).map(|m| m.len()).unwrap_or(0);
                 let exe_cached = sys::cached_pages_of(&exe).unwrap_or(0) * 4096;
-                detach_watcher(db.to_path_buf(), app, t0, exe_bytes, exe_cached);
+                detach_watcher(db.to_path_buf(), app, t0, exe_bytes, exe_cached, a.traced);
             }
             exec_app(&exe, &a.command)
         }
@@ -294,7 +306,14 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
 /// Time a plain launch (auto's `none`) from a detached grandchild, as the prefetcher times
 /// a prefetched one, and record it: so that `auto` keeps comparing plain launches with the
 /// strategies, and re-tries them.
-fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, exe_bytes: u64, exe_cached: u64) {
+fn detach_watcher(
+    db: PathBuf,
+    app: AppRow,
+    t0: Instant,
+    exe_bytes: u64,
+    exe_cached: u64,
+    traced: bool,
+) {
     let app_pid = std::process::id() as i32;
     // SAFETY: no other thread runs now (the knob thread is joined); the intermediate child
     // only forks again and _exits.
@@ -318,7 +337,7 @@ fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, exe_bytes: u64, exe_cac
                     );
                     let rec = LaunchRecord {
                         at_unix: crate::sys::now_unix(),
-                        mode: "run".into(),
+                        mode: mode_of(traced).into(),
                         wall_ms: if exited {
                             t0.elapsed().as_secs_f64() * 1e3
                         } else {
@@ -416,6 +435,7 @@ struct Job {
     plan: Plan,
     strategy: Strategy,
     by_auto: bool,
+    traced: bool,
     /// When `run` started: the launch's time is counted from there.
     started: Instant,
 }
@@ -506,6 +526,7 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
         plan,
         strategy,
         by_auto,
+        traced,
         started,
     } = job;
     let db = db.as_path();
@@ -573,7 +594,7 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
     }
     let rec = LaunchRecord {
         at_unix: crate::sys::now_unix(),
-        mode: "run".into(),
+        mode: mode_of(traced).into(),
         wall_ms: if exited {
             started.elapsed().as_secs_f64() * 1e3
         } else {
@@ -628,7 +649,11 @@ fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec
         tracing::warn!("could not record the launch in the history: {e}");
     }
     let waits = rec.waits.unwrap_or(0);
-    if strategy != Strategy::Paralfetch || (waits as f64) <= WAIT_SHARE * entries as f64 {
+    // A traced launch waits for the tracer too: not a signal to re-plan on.
+    if rec.mode != mode_of(false)
+        || strategy != Strategy::Paralfetch
+        || (waits as f64) <= WAIT_SHARE * entries as f64
+    {
         return;
     }
     let queueing = device_queueing(&store, db);
@@ -721,7 +746,7 @@ fn wrapped(
     };
     let rec = LaunchRecord {
         at_unix: crate::sys::now_unix(),
-        mode: "run".into(),
+        mode: mode_of(a.traced).into(),
         wall_ms,
         exit_code,
         signal,
