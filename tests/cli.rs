@@ -498,12 +498,16 @@ fn run_keeps_the_app_off_the_disks_interrupt_cpu_while_prefetching() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
     sb.learned("synth", 24, 256);
-    // A cold `run` of the synth plan launching `sh -c script args...`.
+    // A cold `run` of the synth plan launching `sh -c script args...`. The plan is issued one
+    // request at a time, each waited for, and the script reads its CPUs with shell builtins
+    // (no cold `grep` to load first), so that the plan is still being issued when the command
+    // first looks: once, issued at the device's fast pace, the whole plan was out before `sh`
+    // had run its first `grep`, and the app had its CPUs back before it could see them pinned.
     let launch = |options: &[&str], script: &str, args: &[&OsStr]| -> Output {
         drop_caches();
         let o = run(sb
             .ws()
-            .args(["run", "--app", "synth"])
+            .args(["run", "--app", "synth", "--jobs", "1", "--window-kb", "4"])
             .args(options)
             .args(["--", "sh", "-c", script])
             .args(args));
@@ -512,8 +516,9 @@ fn run_keeps_the_app_off_the_disks_interrupt_cpu_while_prefetching() {
     };
     // The launched command logs its CPUs, then again once they change (watching $1 times,
     // 10 ms apart).
-    const SCRIPT: &str = r#"first=$(grep Cpus_allowed_list /proc/$$/status); echo "$first" > "$0"
-i=0; while [ $i -lt "$1" ]; do now=$(grep Cpus_allowed_list /proc/$$/status)
+    const SCRIPT: &str = r#"cpus() { while read -r k v; do [ "$k" = Cpus_allowed_list: ] && echo "$k $v"; done < "/proc/$1/status"; }
+first=$(cpus $$); echo "$first" > "$0"
+i=0; while [ $i -lt "$1" ]; do now=$(cpus $$)
 if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$((i+1)); done"#;
     let cpus = |line: &str| cpu_list(line.split(':').nth(1).unwrap());
     let logged = |log: &Path| -> Vec<Vec<usize>> {
@@ -558,7 +563,7 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
     let pidfile = sb.path().join("orphan.pid");
     launch(
         &[],
-        "sleep 5 >/dev/null 2>&1 & echo $! $(grep Cpus_allowed_list /proc/$!/status) > \"$0\"",
+        "sleep 5 >/dev/null 2>&1 & p=$!; while read -r k v; do [ \"$k\" = Cpus_allowed_list: ] && echo \"$p $k $v\" > \"$0\"; done < /proc/$p/status; true",
         &[pidfile.as_os_str()],
     );
     let born = std::fs::read_to_string(&pidfile).unwrap();
