@@ -2059,6 +2059,7 @@ ready = {{ output = "^launched$" }}
         "whole-files",
         "fetch-then-launch",
         "warmstart:inserts-only",
+        "launch-bursts",
     ] {
         assert!(
             scenarios.iter().any(|s| s == want),

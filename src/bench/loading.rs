@@ -7,6 +7,9 @@
 //! - `warm`: a new process of the application, loading right after the cold one;
 //! - `bursts`: cold, while a daemon of the benchmark's own runs with bursts only (it learns no
 //!   launch), holding the bursts it mined from earlier cold loadings.
+//!
+//! It also prepares the launches' `launch-bursts` scenario: ClusterFetch on launches, with a
+//! bursts-only daemon of its own that mined each app's cold launches.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -23,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::launch::each_line;
 use super::run::{scenario_summaries, setup_app, BenchDaemon, Ctx, Measurement, ScenarioSummary};
-use super::suite::{expand, LoadingSpec};
+use super::suite::{expand, AppSpec, LoadingSpec};
 use super::BenchError;
 use crate::store::Store;
 
@@ -37,6 +40,8 @@ pub const LEARN_LOADINGS: u32 = 3;
 /// Seconds after a burst prefetch the benchmark's daemon checks its use (the daemon's default
 /// is 10 s; the rounds wait for the check, so shorter keeps them short).
 const CHECK_SECS: f64 = 3.0;
+/// How long after a prefetched loading or launch the benchmark waits for its check.
+pub(super) const CHECK_WAIT: Duration = Duration::from_millis((CHECK_SECS * 1000.0) as u64 + 1000);
 
 /// A pause before and after the cache drop: the miner cuts bursts at quiet stretches, and the
 /// process's start must not run into its loading.
@@ -234,7 +239,52 @@ fn loading(ctx: &Ctx<'_>, spec: &LoadingSpec, cold: bool) -> Result<f64, BenchEr
 /// after `CHECK_SECS`, nothing of the benchmark's own state a trigger, and the work
 /// directories (which may be under /tmp in a test) not excluded.
 fn daemon_dir(ctx: &Ctx<'_>) -> Result<PathBuf, BenchError> {
-    let dir = ctx.opts.state_dir.join("loading-daemon");
+    bursts_daemon_dir(ctx, "loading-daemon")
+}
+
+/// The bursts-only daemon of the `launch-bursts` scenario (apart from the loadings' own).
+pub(super) fn launch_bursts_dir(ctx: &Ctx<'_>) -> PathBuf {
+    ctx.opts.state_dir.join("launch-bursts-daemon")
+}
+
+/// `launch-bursts`: a bursts-only daemon mines `LEARN_LOADINGS` cold launches of each app, as
+/// it mines loadings (ClusterFetch needs no notion of an app: a launch is a burst, its
+/// trigger a file the launch opens, the executable itself among them).
+pub(super) fn learn_launch_bursts(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
+    let dir = bursts_daemon_dir(ctx, "launch-bursts-daemon")?;
+    let _d = BenchDaemon::start(ctx, &dir)?;
+    wait_for_device(ctx, &dir)?;
+    for app in apps {
+        for _ in 0..LEARN_LOADINGS {
+            ctx.cold()?;
+            std::thread::sleep(QUIET);
+            ctx.run_one(app, &ctx.argv(app), &ctx.ready(app))?;
+            std::thread::sleep(CHECK_WAIT);
+        }
+    }
+    Ok(())
+}
+
+/// A daemon's first start measures the disk (a few seconds of reads): not during what it
+/// learns from.
+fn wait_for_device(ctx: &Ctx<'_>, dir: &Path) -> Result<(), BenchError> {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60)
+        && Store::open(&dir.join("daemon.db"))
+            .ok()
+            .and_then(|s| s.device_facts_any().ok().flatten())
+            .is_none()
+    {
+        if ctx.interrupt.load(Ordering::SeqCst) != 0 {
+            return Err(BenchError::Interrupted);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+fn bursts_daemon_dir(ctx: &Ctx<'_>, name: &str) -> Result<PathBuf, BenchError> {
+    let dir = ctx.opts.state_dir.join(name);
     std::fs::create_dir_all(&dir)
         .map_err(|e| BenchError::Setup(format!("{}: {e}", dir.display())))?;
     // Bursts from an earlier run would be learned already; the measured device is kept, as
@@ -305,24 +355,11 @@ pub(super) fn measure(
     let dir = daemon_dir(ctx)?;
     {
         let _d = BenchDaemon::start(ctx, &dir)?;
-        // A daemon's first start measures the disk (a few seconds of reads): not during the
-        // loadings it learns from.
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(60)
-            && Store::open(&dir.join("daemon.db"))
-                .ok()
-                .and_then(|s| s.device_facts_any().ok().flatten())
-                .is_none()
-        {
-            if ctx.interrupt.load(Ordering::SeqCst) != 0 {
-                return Err(BenchError::Interrupted);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        wait_for_device(ctx, &dir)?;
         for _ in 0..LEARN_LOADINGS {
             loading(ctx, spec, true)?;
             // The burst ends, is stored, and (from the second) its prefetch is checked.
-            std::thread::sleep(Duration::from_secs_f64(CHECK_SECS + 1.0));
+            std::thread::sleep(CHECK_WAIT);
         }
     }
     res.learned = bursts_of(&dir);
@@ -336,7 +373,7 @@ pub(super) fn measure(
                     let d = BenchDaemon::start(ctx, &dir)?;
                     let ms = loading(ctx, spec, true);
                     // Its check runs (and counts) before the daemon stops.
-                    std::thread::sleep(Duration::from_secs_f64(CHECK_SECS + 1.0));
+                    std::thread::sleep(CHECK_WAIT);
                     drop(d);
                     ms
                 }

@@ -45,6 +45,9 @@ pub enum Scenario {
     /// Drop caches, `warmstart run` of the app as learned on a kernel without the filemap
     /// access events (Linux 6.1: hidden with WARMSTART_HIDE_EVENTS while `record` ran).
     InsertsOnly,
+    /// ClusterFetch on a launch (a launch is a burst): drop caches, launch plainly while a
+    /// daemon with bursts only runs, holding the bursts it mined from earlier cold launches.
+    LaunchBursts,
 }
 
 /// The events a pre-6.12 kernel lacks, hidden for the `warmstart:inserts-only` learning.
@@ -69,6 +72,7 @@ impl Scenario {
             Scenario::FetchThenLaunch => "fetch-then-launch".into(),
             Scenario::Daemon => "daemon".into(),
             Scenario::InsertsOnly => "warmstart:inserts-only".into(),
+            Scenario::LaunchBursts => "launch-bursts".into(),
         }
     }
 
@@ -83,6 +87,7 @@ impl Scenario {
             "fetch-then-launch" => Scenario::FetchThenLaunch,
             "daemon" => Scenario::Daemon,
             "warmstart:inserts-only" => Scenario::InsertsOnly,
+            "launch-bursts" => Scenario::LaunchBursts,
             _ => Scenario::Warmstart(Some(s.strip_prefix("warmstart:")?.to_string())),
         })
     }
@@ -106,6 +111,7 @@ impl Scenario {
             Scenario::WholeFiles,
             Scenario::FetchThenLaunch,
             Scenario::Daemon,
+            Scenario::LaunchBursts,
         ]);
         v
     }
@@ -550,14 +556,14 @@ impl Ctx<'_> {
         env
     }
 
-    fn ready(&self, app: &AppSpec) -> Ready {
+    pub(super) fn ready(&self, app: &AppSpec) -> Ready {
         match &app.ready {
             Ready::File(p) => Ready::File(expand(p, &self.work(app), &self.venv)),
             r => r.clone(),
         }
     }
 
-    fn run_one(
+    pub(super) fn run_one(
         &self,
         app: &AppSpec,
         argv: &[String],
@@ -1015,6 +1021,16 @@ fn measure(
             let o = o?;
             (o.ms, o.ready)
         }
+        Scenario::LaunchBursts => {
+            let d = BenchDaemon::start(ctx, &loading::launch_bursts_dir(ctx))?;
+            ctx.cold()?;
+            let o = ctx.run_one(app, &argv, &ready);
+            // The burst's check runs (and counts) before the daemon stops.
+            std::thread::sleep(loading::CHECK_WAIT);
+            drop(d);
+            let o = o?;
+            (o.ms, o.ready)
+        }
         Scenario::FetchThenLaunch => {
             ctx.cold()?;
             let p = ctx.run_one(app, &prefetch, &Ready::Exit)?;
@@ -1315,6 +1331,30 @@ pub fn run(
             Err(e) => {
                 for r in results.iter_mut() {
                     r.error.get_or_insert(format!("daemon scenario: {e}"));
+                }
+            }
+        }
+    }
+    if opts.scenarios.contains(&Scenario::LaunchBursts) {
+        progress(
+            "launch-bursts: mining every app's launch as a burst",
+            done,
+            total,
+        );
+        let apps: Vec<&AppSpec> = opts
+            .apps
+            .iter()
+            .zip(&live)
+            .filter(|(_, l)| **l)
+            .map(|(a, _)| a)
+            .collect();
+        match loading::learn_launch_bursts(&ctx, &apps) {
+            Ok(()) => {}
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                for r in results.iter_mut() {
+                    r.error
+                        .get_or_insert(format!("launch-bursts scenario: {e}"));
                 }
             }
         }
