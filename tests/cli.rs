@@ -3233,6 +3233,45 @@ fn an_app_that_prefetching_does_not_help_is_launched_plainly() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(plain(&store), 3, "the plain launch is recorded");
+    // Also when the launch's process group is signalled as soon as the app exits (the
+    // benchmark closes every launch so): the watcher is not part of that group.
+    use std::os::unix::process::CommandExt;
+    // One more slow strategy launch in the history, so that this one is not an exploring
+    // launch (every tenth re-tries the best strategy, whose prefetcher the signal stops).
+    let mut w = Store::open(&sb.db()).unwrap();
+    w.add_launch(
+        row.id,
+        &warmstart::store::LaunchRecord {
+            mode: "run".into(),
+            wall_ms: 1e6,
+            strategy: Some("paralfetch".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drop(w);
+    drop_caches();
+    let mut child = sb
+        .ws()
+        .args(["run", "--app", "synth", "--"])
+        .args(synth_launch(&app))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pg = nix::unistd::Pid::from_raw(child.id() as i32);
+    assert!(child.wait().unwrap().success());
+    let _ = nix::sys::signal::killpg(pg, nix::sys::signal::Signal::SIGTERM);
+    let t0 = Instant::now();
+    while plain(&store) < 4 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        plain(&store),
+        4,
+        "the plain launch is recorded after a group SIGTERM"
+    );
 }
 
 /// A command launched once is neither traced nor stored: the daemon learns a command from

@@ -325,6 +325,11 @@ fn detach_watcher(
             sys::close_inherited_fds();
             // SAFETY: as above; this process is single-threaded.
             if let Ok(ForkResult::Child) = unsafe { fork() } {
+                // Out of the launch's process group and session: a signal to the group once
+                // the app has exited (the benchmark closes every launch so) killed the
+                // watcher before it recorded, and `auto`, which counts launches, then chose
+                // its next plain launch again and again.
+                let _ = nix::unistd::setsid();
                 // A plain launch repairs what a killed prefetcher left pinned, as a
                 // prefetched one does.
                 crate::serve::recover_placements();
