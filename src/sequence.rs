@@ -859,20 +859,25 @@ mod tests {
         }
     }
 
+    /// An event of the launch's thread 100.
+    fn ev(ts: u64, kind: EventKind) -> crate::trace::Event {
+        crate::trace::Event { ts, tid: 100, kind }
+    }
+
+    /// A fault on the first page of inode `ino` of device `D`, by thread 100.
+    fn fault(ts: u64, ino: u64) -> crate::trace::Event {
+        ev(
+            ts,
+            EventKind::Fault {
+                dev: D,
+                ino,
+                index: 0,
+            },
+        )
+    }
+
     #[test]
     fn reads_before_the_exec_count_only_for_files_the_launch_uses() {
-        use crate::trace::Event;
-        let ev = |ts, kind| Event { ts, tid: 100, kind };
-        let fault = |ts, ino| {
-            ev(
-                ts,
-                EventKind::Fault {
-                    dev: D,
-                    ino,
-                    index: 0,
-                },
-            )
-        };
         let t = traced(
             vec![
                 fault(1010, 99), // the launcher's own binary, before the exec
@@ -899,18 +904,6 @@ mod tests {
     /// the same command from its first exec (`trace::session::add_early`).
     #[test]
     fn an_attached_script_front_is_the_launch_not_its_launcher() {
-        use crate::trace::Event;
-        let ev = |ts, kind| Event { ts, tid: 100, kind };
-        let fault = |ts, ino| {
-            ev(
-                ts,
-                EventKind::Fault {
-                    dev: D,
-                    ino,
-                    index: 0,
-                },
-            )
-        };
         let mut t = traced(
             vec![
                 fault(1010, 7), // the script's helper (sed), read by the interpreter's tree

@@ -242,16 +242,19 @@ fn daemon_dir(ctx: &Ctx<'_>) -> Result<PathBuf, BenchError> {
     bursts_daemon_dir(ctx, "loading-daemon")
 }
 
-/// The bursts-only daemon of the `launch-bursts` scenario (apart from the loadings' own).
+/// The state directory (under the bench's) of the `launch-bursts` scenario's bursts-only
+/// daemon, apart from the loadings' own.
+const LAUNCH_BURSTS_DAEMON: &str = "launch-bursts-daemon";
+
 pub(super) fn launch_bursts_dir(ctx: &Ctx<'_>) -> PathBuf {
-    ctx.opts.state_dir.join("launch-bursts-daemon")
+    ctx.opts.state_dir.join(LAUNCH_BURSTS_DAEMON)
 }
 
 /// `launch-bursts`: a bursts-only daemon mines `LEARN_LOADINGS` cold launches of each app, as
 /// it mines loadings (ClusterFetch needs no notion of an app: a launch is a burst, its
 /// trigger a file the launch opens, the executable itself among them).
 pub(super) fn learn_launch_bursts(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
-    let dir = bursts_daemon_dir(ctx, "launch-bursts-daemon")?;
+    let dir = bursts_daemon_dir(ctx, LAUNCH_BURSTS_DAEMON)?;
     let _d = BenchDaemon::start(ctx, &dir)?;
     wait_for_device(ctx, &dir)?;
     for app in apps {

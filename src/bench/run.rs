@@ -1312,35 +1312,25 @@ pub fn run(
         }
         done += 1;
     }
-    if opts.scenarios.contains(&Scenario::Daemon) {
-        progress(
+    // Scenarios whose daemon learns every live app before the rounds.
+    type Prepare = fn(&Ctx<'_>, &[&AppSpec]) -> Result<(), BenchError>;
+    let preparations: [(Scenario, &str, Prepare); 2] = [
+        (
+            Scenario::Daemon,
             "daemon: learning every app from plain launches",
-            done,
-            total,
-        );
-        let apps: Vec<&AppSpec> = opts
-            .apps
-            .iter()
-            .zip(&live)
-            .filter(|(_, l)| **l)
-            .map(|(a, _)| a)
-            .collect();
-        match prepare_daemon(&ctx, &apps) {
-            Ok(()) => {}
-            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
-            Err(e) => {
-                for r in results.iter_mut() {
-                    r.error.get_or_insert(format!("daemon scenario: {e}"));
-                }
-            }
-        }
-    }
-    if opts.scenarios.contains(&Scenario::LaunchBursts) {
-        progress(
+            prepare_daemon,
+        ),
+        (
+            Scenario::LaunchBursts,
             "launch-bursts: mining every app's launch as a burst",
-            done,
-            total,
-        );
+            loading::learn_launch_bursts,
+        ),
+    ];
+    for (sc, what, prepare) in preparations {
+        if !opts.scenarios.contains(&sc) {
+            continue;
+        }
+        progress(what, done, total);
         let apps: Vec<&AppSpec> = opts
             .apps
             .iter()
@@ -1348,13 +1338,13 @@ pub fn run(
             .filter(|(_, l)| **l)
             .map(|(a, _)| a)
             .collect();
-        match loading::learn_launch_bursts(&ctx, &apps) {
+        match prepare(&ctx, &apps) {
             Ok(()) => {}
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
                 for r in results.iter_mut() {
                     r.error
-                        .get_or_insert(format!("launch-bursts scenario: {e}"));
+                        .get_or_insert(format!("{} scenario: {e}", sc.name()));
                 }
             }
         }

@@ -42,8 +42,15 @@ fn plan_of(db: &Path, key: &str, strategy: Option<&str>) -> anyhow::Result<Optio
     )
 }
 
-/// `warmstart run ... -- CMD` as the launcher users run, for the prefetched launch.
-fn run_argv(db: &Path, a: &ExplainArgs, front: &Path) -> Vec<OsString> {
+/// `warmstart run --traced ... -- CMD` as the launcher users run, for the prefetched launch
+/// (recorded as traced, so `auto` does not compare its time).
+fn run_argv(
+    db: &Path,
+    front: &Path,
+    strategy: Option<&str>,
+    app: Option<&str>,
+    command: &[OsString],
+) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec![
         front.into(),
         "--db".into(),
@@ -51,14 +58,14 @@ fn run_argv(db: &Path, a: &ExplainArgs, front: &Path) -> Vec<OsString> {
         "run".into(),
         "--traced".into(),
     ];
-    if let Some(s) = &a.strategy {
+    if let Some(s) = strategy {
         v.extend(["--strategy".into(), s.into()]);
     }
-    if let Some(app) = &a.app {
+    if let Some(app) = app {
         v.extend(["--app".into(), app.into()]);
     }
     v.push("--".into());
-    v.extend(a.command.iter().cloned());
+    v.extend(command.iter().cloned());
     v
 }
 
@@ -111,7 +118,13 @@ pub fn cmd(db: &Path, a: ExplainArgs) -> anyhow::Result<i32> {
         Some(_) => {
             eprintln!("explain: tracing a cold launch with warmstart run");
             let front = super::launcher_exe()?;
-            let argv = run_argv(db, &a, &front);
+            let argv = run_argv(
+                db,
+                &front,
+                a.strategy.as_deref(),
+                a.app.as_deref(),
+                &a.command,
+            );
             launches.push(explain::trace_and_attribute(
                 &tfs,
                 &front,
@@ -163,21 +176,13 @@ pub fn run_explained(db: &Path, a: &super::RunArgs) -> anyhow::Result<i32> {
     let interrupt = interrupt_flag()?;
     let syms = Ksyms::load();
     let front = super::launcher_exe()?;
-    let mut argv: Vec<OsString> = vec![
-        front.clone().into(),
-        "--db".into(),
-        db.into(),
-        "run".into(),
-        "--traced".into(),
-    ];
-    if let Some(s) = &a.strategy {
-        argv.extend(["--strategy".into(), s.into()]);
-    }
-    if let Some(app) = &a.app {
-        argv.extend(["--app".into(), app.into()]);
-    }
-    argv.push("--".into());
-    argv.extend(a.command.iter().cloned());
+    let argv = run_argv(
+        db,
+        &front,
+        a.strategy.as_deref(),
+        a.app.as_deref(),
+        &a.command,
+    );
     let e = explain::trace_and_attribute(
         &tfs,
         &front,
