@@ -183,6 +183,21 @@ impl AppKey {
         interpreter(name).is_some()
     }
 
+    /// The script an interpreter's key names (`/usr/bin/dash /usr/bin/script`): the file the
+    /// kernel opens for exec before the interpreter, when the script is run by its `#!` line.
+    /// None for any other key (a program, `python -c ...`, `java -jar ...`, a chosen name).
+    pub fn script_of(key: &str, exe: &str) -> Option<PathBuf> {
+        let rest = key.strip_prefix(exe)?.strip_prefix(' ')?;
+        if !rest.starts_with('/') {
+            return None;
+        }
+        let exe = Path::new(exe);
+        // Only the key an exec of this script would get: quoting, options and other forms
+        // of the selector never match.
+        let again = AppKey::for_command(exe, &[exe.as_os_str().to_owned(), rest.into()]);
+        (again.key == key).then(|| PathBuf::from(rest))
+    }
+
     /// A user-chosen name instead of the derived key.
     pub fn named(name: &str, exe: &Path) -> AppKey {
         AppKey {
@@ -218,6 +233,22 @@ mod tests {
             .map(Into::into)
             .collect();
         AppKey::for_command(Path::new(exe), &argv).key
+    }
+
+    #[test]
+    fn a_script_is_found_in_its_interpreters_key() {
+        let k = key("/nonexistent/dash", &["/nonexistent/front.sh", "--x"]);
+        assert_eq!(
+            AppKey::script_of(&k, "/nonexistent/dash"),
+            Some(PathBuf::from("/nonexistent/front.sh"))
+        );
+        let py = key("/nonexistent/python3", &["-c", "import json"]);
+        assert_eq!(AppKey::script_of(&py, "/nonexistent/python3"), None);
+        let quoted = key("/nonexistent/dash", &["/nonexistent/a b.sh"]);
+        assert_eq!(AppKey::script_of(&quoted, "/nonexistent/dash"), None);
+        let program = key("/nonexistent/gimp", &["/nonexistent/x.png"]);
+        assert_eq!(AppKey::script_of(&program, "/nonexistent/gimp"), None);
+        assert_eq!(AppKey::script_of("chosen name", "/nonexistent/dash"), None);
     }
 
     #[test]

@@ -204,7 +204,7 @@ pub fn learn(
             app_id,
             &LaunchRecord {
                 at_unix: crate::sys::now_unix(),
-                mode: "record".into(),
+                mode: crate::store::mode::RECORD.into(),
                 wall_ms: r.duration_ns as f64 / 1e6,
                 exit_code,
                 signal,
@@ -227,7 +227,7 @@ pub fn learn(
                 app_id,
                 &LaunchRecord {
                     at_unix: crate::sys::now_unix(),
-                    mode: "run".into(),
+                    mode: crate::store::mode::RUN.into(),
                     wall_ms: ms,
                     strategy: Some(crate::schedule::auto::PLAIN.into()),
                     ..LaunchRecord::default()

@@ -17,6 +17,19 @@ const RUN_MAGIC: [u8; 4] = *b"WSRR";
 const RUN_VERSION: u16 = 3;
 const SCHEMA_VERSION: i64 = 3;
 
+/// The history's names for how a launch ran (`LaunchRecord::mode`). Only `RUN` launches are
+/// compared by `auto` and Paralfetch's dynamic scheduling: the others are slowed by tracing.
+pub mod mode {
+    /// Launched by `run` (prefetched, or plainly on `auto`'s word), or timed plainly by `record`.
+    pub const RUN: &str = "run";
+    /// `run --traced`, `explain`'s prefetched launch.
+    pub const TRACED: &str = "traced";
+    /// A learning launch of `record`.
+    pub const RECORD: &str = "record";
+    /// A launch the daemon served.
+    pub const DAEMON: &str = "daemon";
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database {path}: {source}")]
@@ -123,7 +136,7 @@ pub struct AppListRow {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LaunchRecord {
     pub at_unix: i64,
-    /// `run` (prefetched), `run-noplan`, `record`.
+    /// How the launch ran: one of `mode`'s names.
     pub mode: String,
     pub wall_ms: f64,
     pub exit_code: Option<i32>,
@@ -1225,7 +1238,7 @@ mod tests {
             used,
             &LaunchRecord {
                 at_unix: now,
-                mode: "run".into(),
+                mode: crate::store::mode::RUN.into(),
                 ..LaunchRecord::default()
             },
         )
@@ -1238,7 +1251,7 @@ mod tests {
             used,
             &LaunchRecord {
                 at_unix: now + 2 * 86_400,
-                mode: "run".into(),
+                mode: crate::store::mode::RUN.into(),
                 ..LaunchRecord::default()
             },
         )
@@ -1377,7 +1390,7 @@ mod tests {
             .unwrap();
         let l = LaunchRecord {
             at_unix: 1,
-            mode: "run".into(),
+            mode: crate::store::mode::RUN.into(),
             wall_ms: 12.5,
             exit_code: Some(0),
             ..LaunchRecord::default()

@@ -3366,6 +3366,25 @@ fn the_daemon_learns_a_script_front_with_its_interpreter() {
         shown.contains(&format!("data     {}/", app.display())),
         "{shown}"
     );
+    // Prefetched from the script's open for exec, before its interpreter's exec (issue #26,
+    // item 3), and once: not again at the interpreter's exec event.
+    let before = d.app(&sb)["prefetches"].as_u64().unwrap_or(0);
+    drop_caches();
+    launch();
+    let t0 = Instant::now();
+    let served = || {
+        let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+        let early = log
+            .matches("front: prefetched from its script's exec open")
+            .count();
+        let recorded = d.app(&sb)["prefetches"].as_u64().unwrap_or(0);
+        (early, recorded, log)
+    };
+    while served().1 == before && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (early, recorded, log) = served();
+    assert_eq!((early, recorded), (1, before + 1), "{log}");
 }
 
 /// The daemon gives a launch what `run` gives it (issue #26, one orchestration): kept off

@@ -313,7 +313,7 @@ fn adapt_of(db: &Path, app: &str, since_unix: i64) -> Adapt {
             .rev()
             .filter(|l| {
                 l.auto
-                    && l.mode == "run"
+                    && l.mode == crate::store::mode::RUN
                     && l.at_unix >= since_unix
                     && crate::schedule::auto::counts(l)
             })

@@ -33,7 +33,7 @@ use crate::plan::Plan;
 use crate::prefetch::{KnobHold, PrefetchOptions, PrefetchReport};
 use crate::schedule::{auto, Strategy};
 use crate::serve::{Served, Serving};
-use crate::store::{AppRow, LaunchRecord, Store};
+use crate::store::{mode, AppRow, LaunchRecord, Store};
 use crate::sys::{self, Exit};
 use crate::trace::knobs::{self, KnobGuard};
 
@@ -49,9 +49,9 @@ const WAIT_SHARE: f64 = 0.05;
 /// trace's end, 3 s against 1 s plain: `auto` then chose plain launches for it).
 fn mode_of(traced: bool) -> &'static str {
     if traced {
-        "traced"
+        mode::TRACED
     } else {
-        "run"
+        mode::RUN
     }
 }
 

@@ -69,22 +69,33 @@ struct Trigger {
     plan: Arc<Plan>,
 }
 
+/// Whether a trigger's opening is part of a launch the daemon prefetches with the launch's
+/// own plan (the opener's pid, the trigger's path): such a burst is not prefetched, the
+/// launch's plan holds it already.
+pub type LaunchOwned = Arc<dyn Fn(i32, &std::path::Path) -> bool + Send + Sync>;
+
 /// Start the burst service; it runs until `stop` is set.
 pub fn spawn(
     db: PathBuf,
     settings: Settings,
+    launch_owned: LaunchOwned,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("warmstart-bursts".into())
         .spawn(move || {
-            if let Err(e) = serve(&db, &settings, &stop) {
+            if let Err(e) = serve(&db, &settings, &*launch_owned, &stop) {
                 tracing::error!("bursts off: {e}");
             }
         })
 }
 
-fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<(), String> {
+fn serve(
+    db: &std::path::Path,
+    st: &Settings,
+    launch_owned: &(dyn Fn(i32, &std::path::Path) -> bool + Send + Sync),
+    stop: &Arc<AtomicBool>,
+) -> Result<(), String> {
     let tfs = Tracefs::open().map_err(|e| e.to_string())?;
     let mut live = LiveMiner::start(&tfs, st.miner.clone()).map_err(|e| e.to_string())?;
     let fan = Fanotify::init(
@@ -155,6 +166,16 @@ fn serve(db: &std::path::Path, st: &Settings, stop: &Arc<AtomicBool>) -> Result<
                 let Some(t) = triggers.get(&key).cloned() else {
                     continue;
                 };
+                // A launch is a burst too (its script or executable the trigger), but one the
+                // daemon prefetches with the launch's plan: the same pages twice, and a
+                // larger burst's extra megabytes, queued beside that plan slowed the launch.
+                if launch_owned(ev.pid(), &t.path) {
+                    tracing::debug!(
+                        "bursts: {} opened by a launch being prefetched; left to its plan",
+                        t.path.display()
+                    );
+                    continue;
+                }
                 let opened = Instant::now();
                 if prefetching.load(Ordering::Relaxed) >= MAX_RUNNING {
                     continue;

@@ -93,6 +93,9 @@ struct Cached {
     app: AppRow,
     plan: Arc<Plan>,
     strategy: Strategy,
+    /// For an interpreter's app keyed by its script: the script, whose open for exec (its
+    /// `#!` line names the interpreter) starts the launch before the interpreter's exec.
+    script: Option<PathBuf>,
 }
 
 struct Shared {
@@ -233,6 +236,7 @@ fn refresh_cache(sh: &Shared) {
                 m.insert(
                     app.key.clone(),
                     Cached {
+                        script: AppKey::script_of(&app.key, &app.exe),
                         app,
                         plan,
                         strategy,
@@ -296,6 +300,24 @@ fn under_warmstart_command(pid: i32) -> bool {
         }
     }
     false
+}
+
+/// For the burst service: whether a trigger opened by `pid` belongs to a launch this daemon
+/// prefetches (or learns) itself: `pid` is such a launch (or below one), or the trigger is
+/// the executable or script of an app with a plan, whose opening the exec monitor may not
+/// have handled yet.
+fn launch_owned(sh: &Arc<Shared>) -> crate::cluster::service::LaunchOwned {
+    let weak = Arc::downgrade(sh);
+    Arc::new(move |pid, path| {
+        let Some(sh) = weak.upgrade() else {
+            return false;
+        };
+        part_of_active(&sh, pid)
+            || sh.plans.lock().is_ok_and(|p| {
+                p.values()
+                    .any(|c| Path::new(&c.app.exe) == path || c.script.as_deref() == Some(path))
+            })
+    })
 }
 
 fn part_of_active(sh: &Shared, pid: i32) -> bool {
@@ -471,8 +493,16 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
         return;
     }
     let key = AppKey::for_command(&exe, &[exe.clone().into_os_string()]);
+    // An app keyed by its executable; else a script run by its `#!` line, opened for exec
+    // before its interpreter is (R, soffice, chromium and npm start so): the exec event of
+    // the interpreter comes after its exec has read the interpreter and its loader, and an
+    // `env` in the `#!` line adds a whole exec more.
     let cached = sh.plans.lock().ok().and_then(|p| {
         p.get(&key.key)
+            .or_else(|| {
+                p.values()
+                    .find(|c| c.script.as_deref() == Some(exe.as_path()))
+            })
             .map(|c| (c.app.clone(), c.plan.clone(), c.strategy))
     });
     let Some((app, plan, strategy)) = cached else {
@@ -481,6 +511,12 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
     let cfg = match sh.cfg.read() {
         Ok(c) => c.clone(),
         Err(_) => return,
+    };
+    let by_script = app.key != key.key;
+    let key = if by_script {
+        AppKey::for_command(Path::new(&app.exe), &[app.exe.clone().into(), exe.into()])
+    } else {
+        key
     };
     if !cfg.manages(&key.exe, &key.selector)
         || part_of_active(sh, pid)
@@ -491,6 +527,9 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
     if let Ok(mut e) = sh.early.lock() {
         e.retain(|_, (t, _)| t.elapsed() < Duration::from_secs(10));
         e.insert(pid, (Instant::now(), None));
+    }
+    if by_script {
+        tracing::debug!("{}: prefetched from its script's exec open", app.key);
     }
     handle(sh, pid, "warmstart-launch", move |sh| {
         prefetch_launch(sh, pid, now, app, plan, strategy, &cfg)
@@ -638,7 +677,7 @@ fn prefetch_launch(
         app.id,
         &LaunchRecord {
             at_unix: crate::sys::now_unix(),
-            mode: "daemon".into(),
+            mode: crate::store::mode::DAEMON.into(),
             prefetched_bytes: report.data_bytes + report.metadata_bytes,
             resident_bytes: Some(report.resident_bytes),
             stale_files: report.files_stale + report.files_missing,
@@ -1219,11 +1258,14 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         .read()
         .map(|c| (c.bursts, c.burst_settings(facts.iops_qd1, facts.seq_mib_s)))
     {
-        Ok((true, settings)) => {
-            crate::cluster::service::spawn(opts.db.clone(), settings, burst_stop.clone())
-                .map_err(|e| tracing::error!("bursts off: cannot start their thread: {e}"))
-                .ok()
-        }
+        Ok((true, settings)) => crate::cluster::service::spawn(
+            opts.db.clone(),
+            settings,
+            launch_owned(&sh),
+            burst_stop.clone(),
+        )
+        .map_err(|e| tracing::error!("bursts off: cannot start their thread: {e}"))
+        .ok(),
         _ => None,
     };
     let pc = ProcConnector::open()

@@ -144,7 +144,7 @@ pub fn choose(
         history
             .iter()
             .filter(|l| {
-                l.mode == "run"
+                l.mode == crate::store::mode::RUN
                     && l.wall_ms > 0.0
                     && l.strategy.as_deref() == Some(name)
                     && counts(l)
@@ -194,7 +194,10 @@ pub fn choose(
         Some(p) if p * (1.0 + SWITCH_MARGIN) <= best_ms => None,
         _ => Some(best),
     };
-    let auto_launches = history.iter().filter(|l| l.mode == "run").count();
+    let auto_launches = history
+        .iter()
+        .filter(|l| l.mode == crate::store::mode::RUN)
+        .count();
     let every = EXPLORE_EVERY * SLOW_RETRY;
     let all_of_them = auto_launches % every == every - 1;
     if auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
@@ -311,7 +314,7 @@ mod tests {
 
     fn rec_named(name: &str, ms: f64) -> LaunchRecord {
         LaunchRecord {
-            mode: "run".into(),
+            mode: crate::store::mode::RUN.into(),
             wall_ms: ms,
             strategy: Some(name.into()),
             ..LaunchRecord::default()
@@ -507,7 +510,7 @@ mod tests {
         let mut r = rec(Strategy::Paralfetch, 0.0);
         r.wall_ms = 0.0;
         let learn = LaunchRecord {
-            mode: "record".into(),
+            mode: crate::store::mode::RECORD.into(),
             wall_ms: 50.0,
             strategy: Some("paralfetch".into()),
             ..LaunchRecord::default()
@@ -603,7 +606,13 @@ mod tests {
         h2.extend([173.0, 174.0, 175.0, 173.0, 176.0].map(|ms| rec_named(PLAIN, ms)));
         // 12 launches behind: not an exploring launch; make it one.
         h2.splice(0..0, [152.0, 153.0].map(|ms| rec(Strategy::Paralfetch, ms)));
-        while h2.iter().filter(|l| l.mode == "run").count() % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
+        while h2
+            .iter()
+            .filter(|l| l.mode == crate::store::mode::RUN)
+            .count()
+            % EXPLORE_EVERY
+            != EXPLORE_EVERY - 1
+        {
             h2.insert(0, rec(Strategy::Paralfetch, 152.0));
         }
         let (c, why) = choose(&h2, true, None);
@@ -624,7 +633,10 @@ mod tests {
         // record's two plain launches, a cold start's 2500 ms: 56% slower than the best.
         h.extend([rec_named(PLAIN, 2500.0), rec_named(PLAIN, 2480.0)]);
         assert_eq!(
-            h.iter().filter(|l| l.mode == "run").count() % EXPLORE_EVERY,
+            h.iter()
+                .filter(|l| l.mode == crate::store::mode::RUN)
+                .count()
+                % EXPLORE_EVERY,
             EXPLORE_EVERY - 1,
             "an exploring launch"
         );
