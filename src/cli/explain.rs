@@ -2,7 +2,7 @@
 //! with its plan prefetched, side by side.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -43,16 +43,16 @@ fn plan_of(db: &Path, key: &str, strategy: Option<&str>) -> anyhow::Result<Optio
 }
 
 /// `warmstart run --traced ... -- CMD` as the launcher users run, for the prefetched launch
-/// (recorded as traced, so `auto` does not compare its time).
-fn run_argv(
+/// (recorded as traced, so `auto` does not compare its time): the launcher and its argv.
+fn traced_run(
     db: &Path,
-    front: &Path,
     strategy: Option<&str>,
     app: Option<&str>,
     command: &[OsString],
-) -> Vec<OsString> {
+) -> anyhow::Result<(PathBuf, Vec<OsString>)> {
+    let front = super::launcher_exe()?;
     let mut v: Vec<OsString> = vec![
-        front.into(),
+        front.as_os_str().into(),
         "--db".into(),
         db.into(),
         "run".into(),
@@ -66,7 +66,7 @@ fn run_argv(
     }
     v.push("--".into());
     v.extend(command.iter().cloned());
-    v
+    Ok((front, v))
 }
 
 pub fn cmd(db: &Path, a: ExplainArgs) -> anyhow::Result<i32> {
@@ -117,14 +117,8 @@ pub fn cmd(db: &Path, a: ExplainArgs) -> anyhow::Result<i32> {
     match &plan {
         Some(_) => {
             eprintln!("explain: tracing a cold launch with warmstart run");
-            let front = super::launcher_exe()?;
-            let argv = run_argv(
-                db,
-                &front,
-                a.strategy.as_deref(),
-                a.app.as_deref(),
-                &a.command,
-            );
+            let (front, argv) =
+                traced_run(db, a.strategy.as_deref(), a.app.as_deref(), &a.command)?;
             launches.push(explain::trace_and_attribute(
                 &tfs,
                 &front,
@@ -175,14 +169,7 @@ pub fn run_explained(db: &Path, a: &super::RunArgs) -> anyhow::Result<i32> {
     tfs.remove_stale_instances();
     let interrupt = interrupt_flag()?;
     let syms = Ksyms::load();
-    let front = super::launcher_exe()?;
-    let argv = run_argv(
-        db,
-        &front,
-        a.strategy.as_deref(),
-        a.app.as_deref(),
-        &a.command,
-    );
+    let (front, argv) = traced_run(db, a.strategy.as_deref(), a.app.as_deref(), &a.command)?;
     let e = explain::trace_and_attribute(
         &tfs,
         &front,

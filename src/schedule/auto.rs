@@ -194,10 +194,7 @@ pub fn choose(
         Some(p) if p * (1.0 + SWITCH_MARGIN) <= best_ms => None,
         _ => Some(best),
     };
-    let auto_launches = history
-        .iter()
-        .filter(|l| l.mode == crate::store::mode::RUN)
-        .count();
+    let auto_launches = runs(history);
     let every = EXPLORE_EVERY * SLOW_RETRY;
     let all_of_them = auto_launches % every == every - 1;
     if auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
@@ -302,6 +299,14 @@ pub fn choose(
             plain_note
         ),
     )
+}
+
+/// The launches `run` timed untraced: what `auto` counts towards its exploring launches.
+fn runs(history: &[LaunchRecord]) -> usize {
+    history
+        .iter()
+        .filter(|l| l.mode == crate::store::mode::RUN)
+        .count()
 }
 
 #[cfg(test)]
@@ -583,19 +588,26 @@ mod tests {
         assert!(choose(&h, true, None).0.is_some());
     }
 
-    #[test]
-    fn a_thin_plain_baseline_is_re_timed_however_slow_it_looked() {
+    /// Paralfetch, trace and fast timed twice (paralfetch once more, the newest), then
+    /// record's two plain launches, the oldest: the next launch is an exploring one.
+    fn thin_plain(ms: [f64; 3], plain: [f64; 2]) -> Vec<LaunchRecord> {
         let mut h = each_twice(
             &[
-                (Strategy::Paralfetch, 152.0),
-                (Strategy::Trace, 150.0),
-                (Strategy::Fast, 155.0),
+                (Strategy::Paralfetch, ms[0]),
+                (Strategy::Trace, ms[1]),
+                (Strategy::Fast, ms[2]),
             ],
             0.0,
         );
-        h.insert(0, rec(Strategy::Paralfetch, 152.0));
-        // record's two plain launches, the oldest, 14% slower than the best strategy.
-        h.extend([rec_named(PLAIN, 173.0), rec_named(PLAIN, 173.0)]);
+        h.insert(0, rec(Strategy::Paralfetch, ms[0]));
+        h.extend(plain.map(|ms| rec_named(PLAIN, ms)));
+        h
+    }
+
+    #[test]
+    fn a_thin_plain_baseline_is_re_timed_however_slow_it_looked() {
+        // The plain launches 14% slower than the best strategy.
+        let h = thin_plain([152.0, 150.0, 155.0], [173.0, 173.0]);
         assert_eq!(h.len(), 9);
         let (c, why) = choose(&h, true, None);
         assert_eq!(c, None, "{why}");
@@ -606,13 +618,7 @@ mod tests {
         h2.extend([173.0, 174.0, 175.0, 173.0, 176.0].map(|ms| rec_named(PLAIN, ms)));
         // 12 launches behind: not an exploring launch; make it one.
         h2.splice(0..0, [152.0, 153.0].map(|ms| rec(Strategy::Paralfetch, ms)));
-        while h2
-            .iter()
-            .filter(|l| l.mode == crate::store::mode::RUN)
-            .count()
-            % EXPLORE_EVERY
-            != EXPLORE_EVERY - 1
-        {
+        while runs(&h2) % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
             h2.insert(0, rec(Strategy::Paralfetch, 152.0));
         }
         let (c, why) = choose(&h2, true, None);
@@ -621,22 +627,10 @@ mod tests {
 
     #[test]
     fn a_thin_plain_baseline_far_slower_than_the_strategies_is_not_re_timed() {
-        let mut h = each_twice(
-            &[
-                (Strategy::Paralfetch, 1600.0),
-                (Strategy::Trace, 1650.0),
-                (Strategy::Fast, 1700.0),
-            ],
-            0.0,
-        );
-        h.insert(0, rec(Strategy::Paralfetch, 1600.0));
-        // record's two plain launches, a cold start's 2500 ms: 56% slower than the best.
-        h.extend([rec_named(PLAIN, 2500.0), rec_named(PLAIN, 2480.0)]);
+        // The plain launches a cold start's 2500 ms: 56% slower than the best.
+        let h = thin_plain([1600.0, 1650.0, 1700.0], [2500.0, 2480.0]);
         assert_eq!(
-            h.iter()
-                .filter(|l| l.mode == crate::store::mode::RUN)
-                .count()
-                % EXPLORE_EVERY,
+            runs(&h) % EXPLORE_EVERY,
             EXPLORE_EVERY - 1,
             "an exploring launch"
         );
