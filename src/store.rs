@@ -283,6 +283,7 @@ impl Store {
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(sql)?;
+        crate::sys::note_locked_database(path);
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(sql)?;
         let v: i64 = conn
@@ -335,6 +336,7 @@ impl Store {
         };
         check_room(path)?;
         let conn = Connection::open(path).map_err(sql)?;
+        crate::sys::note_locked_database(path);
         // Not on a launch's path (three stats more before the app starts): any other command,
         // the daemon's start among them, fixes an old install's modes.
         if fix_modes {

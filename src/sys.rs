@@ -176,6 +176,9 @@ pub fn open_planned_if(
     if fmt != SFlag::S_IFREG && fmt != SFlag::S_IFDIR || !accept(&st) {
         return Err(Errno::ESTALE);
     }
+    if is_locked_file(path) {
+        return Err(Errno::EPERM); // closing it would drop this process's locks on it
+    }
     let flags = flags | OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     let reopen = |at: &Path, flags: OFlag| match open(at, flags, Mode::empty()) {
         Err(Errno::EPERM) if flags.contains(OFlag::O_NOATIME) => {
@@ -197,6 +200,46 @@ pub fn open_planned_if(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Files this process holds POSIX record locks on: its SQLite database with its `-wal` and
+/// `-shm`. Closing *any* descriptor of a file drops every fcntl lock the process holds on it
+/// (POSIX), and SQLite's shared-memory index relies on those locks: another process that then
+/// finds the `-shm`'s dead-man-switch lock free truncates it under this one's mapping, whose
+/// next read is a SIGBUS (the daemon died so while it learned and `warmstart status` ran;
+/// docs/measurements.md, 2026-11-26 ninth entry). So nothing else in the process may open
+/// them: a fanotify monitor puts an ignore mark on them (an event would hand it a
+/// descriptor), and `open_planned` refuses them.
+static LOCKED_FILES: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Note the database at `db` (and its `-wal`, `-shm`) as locked by this process.
+pub fn note_locked_database(db: &Path) {
+    let Some(name) = db.file_name() else { return };
+    let dir = db
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut l = LOCKED_FILES.lock().unwrap_or_else(|p| p.into_inner());
+    for suffix in ["", "-wal", "-shm"] {
+        let mut n = name.to_os_string();
+        n.push(suffix);
+        let p = dir.join(n);
+        if !l.contains(&p) {
+            l.push(p);
+        }
+    }
+}
+
+/// The files `note_locked_database` noted, by canonical path.
+pub fn locked_files() -> Vec<std::path::PathBuf> {
+    LOCKED_FILES.lock().map(|l| l.clone()).unwrap_or_default()
+}
+
+fn is_locked_file(path: &Path) -> bool {
+    LOCKED_FILES
+        .lock()
+        .is_ok_and(|l| l.iter().any(|p| p == path))
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it): the time stamps of the
@@ -623,6 +666,21 @@ pub fn drop_caches() -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn open_planned_refuses_the_process_own_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("own.db");
+        std::fs::write(&db, b"").unwrap();
+        let canon = std::fs::canonicalize(&db).unwrap();
+        assert!(super::open_planned(&canon, nix::fcntl::OFlag::empty()).is_ok());
+        super::note_locked_database(&db);
+        assert!(super::locked_files().contains(&canon.with_file_name("own.db-shm")));
+        assert_eq!(
+            super::open_planned(&canon, nix::fcntl::OFlag::empty()).err(),
+            Some(nix::errno::Errno::EPERM)
+        );
+    }
+
     #[test]
     fn open_planned_opens_only_regular_files_and_directories_with_no_link_on_the_way() {
         use nix::errno::Errno;

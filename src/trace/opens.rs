@@ -171,6 +171,7 @@ impl OpenMonitor {
                 "could not mark any mounted filesystem".into(),
             ));
         }
+        ignore_locked(&fan);
         let stop2 = self.stop.clone();
         let (out, every) = (self.out.clone(), self.every);
         let thread = std::thread::Builder::new()
@@ -202,6 +203,32 @@ impl Drop for OpenMonitor {
     }
 }
 
+/// Ignore marks on the files this process holds locks on (`sys::locked_files`: its
+/// database): an event would hand the monitor a descriptor of them, and closing it drops the
+/// process's locks. A mark lives as long as its inode, so a monitor that runs for good
+/// renews them now and then (a file deleted and created again is a new inode).
+fn ignore_locked(fan: &Fanotify) {
+    for p in crate::sys::locked_files() {
+        let r = fan.mark(
+            MarkFlags::FAN_MARK_ADD
+                | MarkFlags::FAN_MARK_IGNORED_MASK
+                // Without it the first write to the file would clear the ignore mask.
+                | MarkFlags::FAN_MARK_IGNORED_SURV_MODIFY
+                | MarkFlags::FAN_MARK_DONT_FOLLOW,
+            MaskFlags::FAN_OPEN | MaskFlags::FAN_OPEN_EXEC,
+            nix::fcntl::AT_FDCWD,
+            Some(&p),
+        );
+        if let Err(e) = r {
+            // ENOENT: not created yet (the -shm of a database not read yet).
+            tracing::trace!("fanotify ignore mark {}: {e}", p.display());
+        }
+    }
+}
+
+/// How often a monitor that runs for good renews its ignore marks.
+const IGNORE_RENEW_NS: u64 = 2_000_000_000;
+
 fn run(
     fan: Fanotify,
     stop: Arc<AtomicBool>,
@@ -209,8 +236,13 @@ fn run(
     every: bool,
 ) -> Result<(), TraceError> {
     let mut seen = HashSet::new();
+    let mut renewed = monotonic_ns();
     loop {
         let stopping = stop.load(Ordering::SeqCst);
+        if every && monotonic_ns().saturating_sub(renewed) > IGNORE_RENEW_NS {
+            ignore_locked(&fan);
+            renewed = monotonic_ns();
+        }
         {
             let mut fds = [PollFd::new(fan.as_fd(), PollFlags::POLLIN)];
             // On stop, drain what is queued without waiting.
@@ -306,5 +338,42 @@ mod tests {
         let r = hit.unwrap_or_else(|| panic!("open of {} not reported", canon.display()));
         assert_eq!(r.pid as u32, std::process::id());
         assert!(!r.is_dir);
+    }
+
+    /// The process's own database is never handed to it by an event: closing that
+    /// descriptor would drop the process's SQLite locks (the daemon's SIGBUS).
+    #[test]
+    fn never_reports_the_process_own_database() {
+        if !crate::sys::is_root() {
+            return crate::testutil::skip("fanotify filesystem marks need root");
+        }
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let db = dir.path().join("own.db");
+        let _store = crate::store::Store::open(&db).unwrap();
+        let other = dir.path().join("not-a-database");
+        std::fs::write(&other, b"x").unwrap();
+        let mon = OpenMonitor::start().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let own: Vec<PathBuf> = ["", "-wal", "-shm"]
+            .iter()
+            .map(|s| std::fs::canonicalize(format!("{}{s}", db.display())).unwrap())
+            .collect();
+        for p in own.iter().chain([&other]) {
+            let _ = std::fs::read(p).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (recs, _) = mon.finish().unwrap();
+        let canon = std::fs::canonicalize(&other).unwrap();
+        assert!(
+            recs.iter().any(|r| r.path == canon),
+            "the control open was not seen"
+        );
+        for p in &own {
+            assert!(
+                !recs.iter().any(|r| &r.path == p),
+                "{} reported",
+                p.display()
+            );
+        }
     }
 }
