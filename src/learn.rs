@@ -14,7 +14,7 @@ use crate::schedule::{
     plan_for, Base, DevicePaths, FiemapDisk, MissingMeta, ParalfetchSettings, Strategy,
     StrategyContext, SysDevicePaths,
 };
-use crate::sequence::{extract, RawRun, SysBlockDevices};
+use crate::sequence::{extract_supported, RawRun, SysBlockDevices};
 use crate::store::{LaunchRecord, Store, StoreError};
 use crate::sys::{self, Exit};
 use crate::trace::knobs::{self, RecordLock};
@@ -337,18 +337,20 @@ fn time_plain(
     Ok(ms)
 }
 
-/// The launch-order base of an app's plans, from its cold learning runs.
+/// The launch-order base of an app's plans, from its cold learning runs (what every run read).
 pub fn base_of(app: &str, runs: &[RawRun]) -> Base {
-    base_with(app, runs, false)
+    base_with(app, runs, runs.len(), false)
 }
 
-/// The base from runs learned on a warm system (the daemon): metadata is derived.
-pub fn base_of_warm(app: &str, runs: &[RawRun]) -> Base {
-    base_with(app, runs, true)
+/// The base from runs learned on a warm system (the daemon): metadata is derived, and a page
+/// is kept when at least `support` runs read it (the daemon adds the runs of checks that
+/// found the plan short to the ones it learned from; `extract_supported`).
+pub fn base_of_warm(app: &str, runs: &[RawRun], support: usize) -> Base {
+    base_with(app, runs, support, true)
 }
 
-fn base_with(app: &str, runs: &[RawRun], derive_lookups: bool) -> Base {
-    let mut seq = extract(runs);
+fn base_with(app: &str, runs: &[RawRun], support: usize, derive_lookups: bool) -> Base {
+    let mut seq = extract_supported(runs, support);
     if runs.iter().any(|r| r.mostly_warm()) {
         seq.fill_gaps(crate::schedule::KEEP_UNUSED_GAP_PAGES);
     }

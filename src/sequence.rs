@@ -529,6 +529,97 @@ impl LaunchSequence {
     }
 }
 
+/// `extract` over more runs than it takes to learn: keep what at least `support` of them
+/// accessed (every run, FAST 4.1.2, when there are no more than `support`). An app launched
+/// two ways (GIMP headless and with its window, LibreOffice converting and editing) keeps
+/// what each way needs once two launches have shown it, while what a single launch read (its
+/// document) stays out. A page takes its place and time from the first run that has it.
+pub fn extract_supported(runs: &[RawRun], support: usize) -> LaunchSequence {
+    let support = support.max(1);
+    if runs.len() <= support {
+        return extract(runs);
+    }
+    let pages_of = |r: &RawRun| -> HashSet<(Target, u64)> {
+        r.accesses
+            .iter()
+            .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
+            .collect()
+    };
+    let mut count: HashMap<(Target, u64), usize> = HashMap::new();
+    for r in runs {
+        for k in pages_of(r) {
+            *count.entry(k).or_default() += 1;
+        }
+    }
+    let kept = |k: &(Target, u64)| count.get(k).is_some_and(|n| *n >= support);
+    let used_anywhere: HashSet<(Target, u64)> = runs
+        .iter()
+        .flat_map(|r| r.accesses.iter().filter(|a| a.used))
+        .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
+        .collect();
+    let mut b = Builder::default();
+    for r in runs {
+        for a in &r.accesses {
+            for p in a.page..a.page + a.pages {
+                if kept(&(a.target, p)) {
+                    // `touch` keeps the first run's place for a page seen before.
+                    b.touch(a.target, p, p, a.t, a.from_disk);
+                    if used_anywhere.contains(&(a.target, p)) {
+                        b.mark_used(a.target, p, p, a.t);
+                    }
+                }
+            }
+        }
+    }
+    let dropped = count.values().filter(|n| **n < support).count() as u64;
+    let mut n_inode: HashMap<(Dev, u64), usize> = HashMap::new();
+    let mut n_dir: HashMap<(Dev, u64), usize> = HashMap::new();
+    for r in runs {
+        let inodes: HashSet<(Dev, u64)> = r.inode_loads.iter().map(|l| (l.dev, l.ino)).collect();
+        for k in inodes {
+            *n_inode.entry(k).or_default() += 1;
+        }
+        let dirs: HashSet<(Dev, u64)> = r
+            .opens
+            .iter()
+            .filter(|o| o.is_dir && o.by_tree)
+            .map(|o| (o.dev, o.ino))
+            .collect();
+        for k in dirs {
+            *n_dir.entry(k).or_default() += 1;
+        }
+    }
+    let (mut seen_i, mut seen_d) = (HashSet::new(), HashSet::new());
+    let mut inode_loads = Vec::new();
+    let mut dir_opens = Vec::new();
+    for r in runs {
+        inode_loads.extend(
+            r.inode_loads
+                .iter()
+                .copied()
+                .filter(|l| n_inode[&(l.dev, l.ino)] >= support && seen_i.insert((l.dev, l.ino))),
+        );
+        dir_opens.extend(
+            r.opens
+                .iter()
+                .filter(|o| {
+                    o.is_dir
+                        && o.by_tree
+                        && n_dir[&(o.dev, o.ino)] >= support
+                        && seen_d.insert((o.dev, o.ino))
+                })
+                .cloned(),
+        );
+    }
+    LaunchSequence {
+        page_size: runs[0].page_size,
+        accesses: b.finish(),
+        inode_loads,
+        dir_opens,
+        dropped_pages: dropped,
+    }
+}
+
 /// FAST 4.1.2: keep what every run accessed, in the order (and timing) of the first run.
 pub fn extract(runs: &[RawRun]) -> LaunchSequence {
     let Some(first) = runs.first() else {
@@ -787,6 +878,48 @@ mod tests {
         let s1 = extract(std::slice::from_ref(&r1));
         assert_eq!(s1.accesses, r1.accesses);
         assert_eq!(extract(&[]).accesses, vec![]);
+    }
+
+    #[test]
+    fn supported_extraction_keeps_what_enough_runs_read() {
+        // Two launches one way (files 1 and 2), two another way (files 1 and 3), and a
+        // document each (9, 8, 7, 6) read once.
+        let r1 = run(vec![
+            acc(f(1), 0, 2, 0),
+            acc(f(2), 0, 2, 5),
+            acc(f(9), 0, 1, 6),
+        ]);
+        let r2 = run(vec![
+            acc(f(1), 0, 2, 0),
+            acc(f(2), 0, 2, 4),
+            acc(f(8), 0, 1, 6),
+        ]);
+        let r3 = run(vec![
+            acc(f(1), 0, 2, 0),
+            acc(f(3), 0, 4, 2),
+            acc(f(7), 0, 1, 6),
+        ]);
+        let r4 = run(vec![
+            acc(f(3), 0, 4, 1),
+            acc(f(1), 0, 2, 3),
+            acc(f(6), 0, 1, 6),
+        ]);
+        // No more runs than the support: every run's pages, as `extract`.
+        let two = [r1.clone(), r2.clone()];
+        assert_eq!(extract_supported(&two, 2).accesses, extract(&two).accesses);
+        // One way's single launch adds nothing yet...
+        let three = [r1.clone(), r2.clone(), r3.clone()];
+        assert_eq!(
+            extract_supported(&three, 2).accesses,
+            vec![acc(f(1), 0, 2, 0), acc(f(2), 0, 2, 5)]
+        );
+        // ... its second one does, at the time its first run read it; no document.
+        let s = extract_supported(&[r1, r2, r3, r4], 2);
+        assert_eq!(
+            s.accesses,
+            vec![acc(f(1), 0, 2, 0), acc(f(3), 0, 4, 2), acc(f(2), 0, 2, 5)]
+        );
+        assert_eq!(s.dropped_pages, 4);
     }
 
     #[test]

@@ -648,7 +648,6 @@ impl Store {
         Ok(n as usize)
     }
 
-    /// Drop an app's runs and plans (back to learning); its history and settings stay.
     /// Drop an app's learning runs, keeping its plans (they serve while it learns again).
     pub fn forget_runs(&mut self, app_id: i64) -> Result<(), StoreError> {
         self.conn
@@ -657,6 +656,19 @@ impl Store {
             .map_err(|e| self.sql(e))
     }
 
+    /// Keep an app's `n` most recent runs, dropping the older ones.
+    pub fn keep_last_runs(&mut self, app_id: i64, n: usize) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "DELETE FROM runs WHERE app_id = ?1 AND id NOT IN \
+                 (SELECT id FROM runs WHERE app_id = ?1 ORDER BY id DESC LIMIT ?2)",
+                params![app_id, n as i64],
+            )
+            .map(|_| ())
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Drop an app's runs and plans (back to learning); its history and settings stay.
     pub fn forget_learning(&mut self, app_id: i64) -> Result<(), StoreError> {
         self.conn
             .execute_batch(&format!(
@@ -1209,6 +1221,31 @@ mod tests {
         let nested = dir.path().join("state/ws.db");
         let _n = Store::open(&nested).unwrap();
         assert_eq!(mode(&dir.path().join("state")), 0o700);
+    }
+
+    #[test]
+    fn keeps_the_last_runs_of_one_app() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let (a, b) = (
+            s.upsert_app(&key("a")).unwrap(),
+            s.upsert_app(&key("b")).unwrap(),
+        );
+        for i in 0..5u64 {
+            let mut r = raw_run();
+            r.duration_ns = i;
+            s.add_run(a, &r).unwrap();
+        }
+        s.add_run(b, &raw_run()).unwrap();
+        s.keep_last_runs(a, 2).unwrap();
+        let left: Vec<u64> = s
+            .runs(a)
+            .unwrap()
+            .into_iter()
+            .map(|(_, _, r)| r.unwrap().duration_ns)
+            .collect();
+        assert_eq!(left, vec![3, 4]);
+        assert_eq!(s.runs(b).unwrap().len(), 1, "another app's runs stay");
     }
 
     /// A reading open creates, converts and writes nothing.

@@ -723,11 +723,65 @@ fn prefetch_launch(
                 .unwrap_or_default()
         );
         if let Some(reason) = verdict.relearn {
+            if verdict.widen && !run.accesses.is_empty() {
+                if widen(sh, &mut s, &app, &mut lc, run, &reason, cfg) {
+                    drop(_lc);
+                    refresh_cache(sh);
+                }
+                return;
+            }
             back_to_learning(sh, &mut s, &app, &mut lc, reason);
             return;
         }
     }
     save_lifecycle(&mut s, app.id, &lc);
+}
+
+/// Runs an app's plans are built from at most: `n_rawseq` learned, and the runs of checks
+/// that widened the plans since (`widen`). Each is a few hundred KiB in the database.
+const MAX_RUNS: usize = 6;
+
+/// A check found the plan short of what this launch read, with no planned file changed: the
+/// app does more than its learning launches showed (it is launched another way: GIMP with
+/// its window after headless batches, LibreOffice editing after converting). Sending it back
+/// to learning would plan the new way only, and the first way again after it. Instead the
+/// checked launch joins the runs the plans are built from (the oldest go past `MAX_RUNS`),
+/// the plans are rebuilt from what `n_rawseq` of those runs read
+/// (`sequence::extract_supported`), and the next launch is checked too: what the new way
+/// needs is planned once two of its launches showed it, and the plan in use serves until
+/// then (issue #26, item 2). Whether new plans were built.
+fn widen(
+    sh: &Shared,
+    s: &mut Store,
+    app: &AppRow,
+    lc: &mut Lifecycle,
+    run: RawRun,
+    reason: &str,
+    cfg: &Config,
+) -> bool {
+    let run = private(run, cfg, Path::new(&app.exe), &app.key);
+    let added = s.add_run(app.id, &run).and_then(|n| {
+        if n > MAX_RUNS {
+            s.keep_last_runs(app.id, MAX_RUNS)?;
+        }
+        Ok(n.min(MAX_RUNS))
+    });
+    let n = match added {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!("{}: could not store the checked run: {e}", app.key);
+            save_lifecycle(s, app.id, lc);
+            return false;
+        }
+    };
+    tracing::info!("{}: check: {reason}; plans widened to {n} runs", app.key);
+    let built = build_plans(sh, s, app, lc, cfg);
+    lc.last_check = Some(format!("widened to {n} runs: {reason}"));
+    // Check the next launch as well: it shows whether the widened plan now holds what the
+    // app reads, or adds the second run a new way of launching it needs.
+    lc.since_check = cfg.n_chk.saturating_sub(1);
+    save_lifecycle(s, app.id, lc);
+    built
 }
 
 /// Whether a check says the plan no longer fits the app.
@@ -736,6 +790,9 @@ struct Verdict {
     /// Planned pages the launch did not use, over the plan's pages (read for nothing).
     waste: f64,
     relearn: Option<String>,
+    /// The plan lacks what the launch read, and none of its files changed: the launch's
+    /// run can be added to the plan's (`widen`) rather than learning again from scratch.
+    widen: bool,
 }
 
 /// FAST's miss ratio (pages read from disk that the plan does not cover, over the plan's
@@ -801,6 +858,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     Verdict {
         miss_ratio,
         waste,
+        widen: relearn.is_some() && changed == 0,
         relearn,
     }
 }
@@ -1064,7 +1122,7 @@ fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg
         .runs(app.id)
         .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
         .unwrap_or_default();
-    let base = crate::learn::base_of_warm(&app.key, &runs);
+    let base = crate::learn::base_of_warm(&app.key, &runs, cfg.n_rawseq as usize);
     let facts = crate::learn::device_facts(s, &sh.run_dir).ok();
     let settings = s.app_settings(app.id).unwrap_or_default();
     let Some(f) = &facts else { return false };
@@ -1515,6 +1573,8 @@ mod tests {
         assert!((v.miss_ratio - 1.0 / 3.0).abs() < 1e-9, "{}", v.miss_ratio);
         // Pages 0 and 1 planned, not used.
         assert!((v.waste - 2.0 / 3.0).abs() < 1e-9, "{}", v.waste);
+        // Nothing changed: the launch's run widens the plan.
+        assert!(v.widen);
         assert!(v.relearn.unwrap().contains("miss ratio"));
         let v = judge(&plan, &run_with(vec![acc(0, 3)], 0), &cfg);
         assert_eq!(v.miss_ratio, 0.0);
@@ -1526,7 +1586,11 @@ mod tests {
         std::fs::write(&p, b"changed").unwrap();
         assert_eq!(changed_files(&plan), 1);
         let v = judge(&plan, &run_with(vec![], 0), &cfg);
+        assert!(!v.widen);
         assert!(v.relearn.unwrap().contains("changed"));
+        // Misses with a changed file: learning again, the old runs are stale.
+        let v = judge(&plan, &run_with(vec![acc(5, 1)], 0), &cfg);
+        assert!(v.relearn.unwrap().contains("miss ratio") && !v.widen);
         std::fs::remove_file(&p).unwrap();
         assert_eq!(changed_files(&plan), 1);
     }
