@@ -2639,6 +2639,66 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     assert_eq!(here, ["daemon.pid"]);
 }
 
+/// An app launched a second way (the same executable reading other files: GIMP with its
+/// window after headless batches) is not sent back to learning: the checks that find its
+/// plan short add their launches to the plan's runs, and once two launches showed the new
+/// way it is planned, the first way too (issue #26, item 2).
+#[test]
+fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let one = sb.workload_in("one", 16, 128);
+    let two = sb.workload_in("two", 16, 128);
+    let launch = |dir: &Path| {
+        let o = run(Command::new(SYNTH).args(&synth_launch(dir)[1..]));
+        assert!(o.status.success(), "{}", text(&o));
+        json(&o)
+    };
+    drop_caches();
+    let cold = launch(&two)["major_faults"].as_u64().unwrap();
+    // Every prefetched launch is checked.
+    let config = daemon_config(&sb, &[Path::new(SYNTH)], 1, 64);
+    let d = Daemon::start(&sb, &config);
+    d.wait_phase(&sb, "prefetching", || {
+        launch(&one);
+    });
+    let mut checks: Vec<String> = Vec::new();
+    let t0 = Instant::now();
+    while checks.last().is_none_or(|c| c != "plan kept") || checks.len() < 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120) && checks.len() < 8,
+            "checks {checks:?}; {}",
+            d.status(&sb)
+        );
+        let launches = d.app(&sb)["launches"].as_u64().unwrap();
+        drop_caches();
+        launch(&two);
+        // The check is counted with the launch once the daemon has judged its trace.
+        let t1 = Instant::now();
+        while d.app(&sb)["launches"].as_u64().unwrap() == launches {
+            assert!(t1.elapsed() < Duration::from_secs(30), "{}", d.status(&sb));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let a = d.app(&sb);
+        assert_eq!(a["phase"], "prefetching", "never sent back to learning: {a}");
+        checks.push(a["last_check"].as_str().unwrap_or_default().to_string());
+    }
+    assert!(
+        checks.iter().any(|c| c.starts_with("widened")),
+        "no check widened the plan: {checks:?}"
+    );
+    // Both ways are prefetched now.
+    for dir in [&two, &one] {
+        drop_caches();
+        let faults = launch(dir)["major_faults"].as_u64().unwrap();
+        assert!(
+            faults * 2 <= cold,
+            "{}: major faults {faults}, cold {cold}; checks {checks:?}",
+            dir.display()
+        );
+    }
+}
+
 /// ClusterFetch in the daemon: a running application loads (opens a trigger file, then reads
 /// a set of files); the daemon mines the burst under that trigger; on the next cold load the
 /// trigger's opening starts the burst's prefetch, and the check finds it used.
