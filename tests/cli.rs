@@ -2680,7 +2680,10 @@ fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
             std::thread::sleep(Duration::from_millis(100));
         }
         let a = d.app(&sb);
-        assert_eq!(a["phase"], "prefetching", "never sent back to learning: {a}");
+        assert_eq!(
+            a["phase"], "prefetching",
+            "never sent back to learning: {a}"
+        );
         checks.push(a["last_check"].as_str().unwrap_or_default().to_string());
     }
     assert!(

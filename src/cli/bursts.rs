@@ -40,6 +40,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
             exclude,
             min_kb,
             json,
+            save_log,
         } => {
             if !crate::sys::is_root() {
                 return Err(fail(
@@ -65,6 +66,12 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
             tfs.remove_stale_instances();
             let mut live = LiveMiner::start(&tfs, cfg.clone())
                 .context("cannot start tracing the system's reads")?;
+            if let Some(p) = &save_log {
+                let f = std::fs::File::create(p)
+                    .with_context(|| format!("cannot create the miner's log {}", p.display()))?;
+                live.save_log(std::io::BufWriter::new(f))
+                    .with_context(|| format!("cannot write the miner's log {}", p.display()))?;
+            }
             if !json {
                 eprintln!(
                     "mining for {:.0} s (a burst: at least {} log entries at {:.0} per second or more); Ctrl-C stops",

@@ -306,6 +306,10 @@ pub enum BurstsCommand {
         /// Print the bursts kept as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write what the miner was given to FILE (JSON lines: its configuration, then
+        /// each read, opening and pause), to replay the mining (the tests' fixtures).
+        #[arg(long, value_name = "FILE")]
+        save_log: Option<std::path::PathBuf>,
     },
     /// The stored bursts: trigger, size, hits, last validation.
     List {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::miner::{Burst, Miner, MinerConfig, Opened, Read};
+use super::miner::{Burst, Input, Miner, MinerConfig, Opened, Read};
 use crate::plan::{Entry, Plan, Provenance};
 use crate::resolve::FileId;
 use crate::sys::Dev;
@@ -47,6 +47,8 @@ pub struct LiveMiner {
     /// Time of the newest entry given to the log.
     last_t: Option<u64>,
     idle: Duration,
+    /// Where the miner's inputs are written, if anywhere (`save_log`).
+    log_to: Option<std::io::BufWriter<std::fs::File>>,
     pub reads: u64,
     pub opens: u64,
 }
@@ -80,6 +82,7 @@ impl LiveMiner {
             pending_reads: Default::default(),
             pending_opens: Default::default(),
             last_t: None,
+            log_to: None,
             reads: 0,
             opens: 0,
         })
@@ -194,30 +197,50 @@ impl LiveMiner {
             // A pause in the log's activity ends what it holds: examined, then forgotten,
             // so that a file opened before the pause is no trigger for what follows.
             if self.last_t.is_some_and(|l| t.saturating_sub(l) >= idle) && !self.miner.is_empty() {
-                self.miner.flush();
-                self.miner.clear();
+                self.feed(Input::Pause);
             }
             self.last_t = Some(t);
             if r == Some(t) {
-                if let Some((ts, read)) = self.pending_reads.pop_front() {
-                    self.miner.read(ts, read);
+                if let Some((t, read)) = self.pending_reads.pop_front() {
+                    self.feed(Input::Read { t, read });
                 }
             } else if let Some(op) = self.pending_opens.pop_front() {
-                self.miner.open(op);
+                self.feed(Input::Open(op));
             }
         }
         let quiet = self.last_t.is_some_and(|l| {
             crate::sys::monotonic_ns().saturating_sub(l) >= idle + LAG.as_nanos() as u64
         });
         if flush || (quiet && !self.miner.is_empty()) {
-            self.miner.flush();
-            self.miner.clear();
+            self.feed(Input::Pause);
         }
         // A held-back burst waits for a next phase until PHASE_GAP past its end (on the
         // log's clock, which lags by up to LAG).
         let now =
             (!flush).then(|| crate::sys::monotonic_ns().saturating_sub(LAG.as_nanos() as u64));
         Ok(self.miner.take_bursts(now))
+    }
+
+    /// Write every input of the miner to `w` from now on, one JSON line each after one of
+    /// the miner's configuration (`bursts mine --save-log`).
+    pub fn save_log(&mut self, mut w: std::io::BufWriter<std::fs::File>) -> std::io::Result<()> {
+        use std::io::Write;
+        serde_json::to_writer(&mut w, self.miner.config())?;
+        w.write_all(b"\n")?;
+        self.log_to = Some(w);
+        Ok(())
+    }
+
+    fn feed(&mut self, input: Input) {
+        if let Some(w) = &mut self.log_to {
+            use std::io::Write;
+            let ok = serde_json::to_writer(&mut *w, &input).is_ok() && w.write_all(b"\n").is_ok();
+            if !ok {
+                tracing::warn!("cannot write the miner's log; no longer saved");
+                self.log_to = None;
+            }
+        }
+        self.miner.feed(input);
     }
 
     /// The path a file was opened by, if seen.
