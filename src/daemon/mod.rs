@@ -652,7 +652,7 @@ fn prefetch_launch(
         if let Some(run) = run {
             match s.add_run(app.id, &run) {
                 Ok(n) if n >= cfg.n_rawseq as usize => {
-                    if build_plans(sh, &mut s, &app, &mut lc, cfg) {
+                    if build_plans(sh, &mut s, &app, &mut lc, cfg).is_some() {
                         drop(_lc);
                         refresh_cache(sh);
                         return;
@@ -724,7 +724,7 @@ fn prefetch_launch(
         );
         if let Some(reason) = verdict.relearn {
             if verdict.widen && !run.accesses.is_empty() {
-                if widen(sh, &mut s, &app, &mut lc, run, &reason, cfg) {
+                if widen(sh, &mut s, &app, &mut lc, &plan, run, &reason, cfg) {
                     drop(_lc);
                     refresh_cache(sh);
                 }
@@ -747,14 +747,16 @@ const MAX_RUNS: usize = 6;
 /// to learning would plan the new way only, and the first way again after it. Instead the
 /// checked launch joins the runs the plans are built from (the oldest go past `MAX_RUNS`),
 /// the plans are rebuilt from what `n_rawseq` of those runs read
-/// (`sequence::extract_supported`), and the next launch is checked too: what the new way
-/// needs is planned once two of its launches showed it, and the plan in use serves until
-/// then (issue #26, item 2). Whether new plans were built.
+/// (`sequence::extract_supported`), and the next launch is checked too (see below): what
+/// the new way needs is planned once two of its launches showed it, and the plan in use
+/// serves until then (issue #26, item 2). Whether new plans were built.
+#[allow(clippy::too_many_arguments)]
 fn widen(
     sh: &Shared,
     s: &mut Store,
     app: &AppRow,
     lc: &mut Lifecycle,
+    in_use: &Plan,
     run: RawRun,
     reason: &str,
     cfg: &Config,
@@ -775,13 +777,25 @@ fn widen(
         }
     };
     tracing::info!("{}: check: {reason}; plans widened to {n} runs", app.key);
+    let before = in_use.summary().bytes;
     let built = build_plans(sh, s, app, lc, cfg);
     lc.last_check = Some(format!("widened to {n} runs: {reason}"));
-    // Check the next launch as well: it shows whether the widened plan now holds what the
-    // app reads, or adds the second run a new way of launching it needs.
-    lc.since_check = cfg.n_chk.saturating_sub(1);
+    if check_after_widening(n, cfg.n_rawseq as usize, before, built) {
+        lc.since_check = cfg.n_chk.saturating_sub(1);
+    }
     save_lifecycle(s, app.id, lc);
-    built
+    built.is_some()
+}
+
+/// Whether the launch after a widening to `runs` runs is checked too: after a first
+/// widening (a new way of launching the app needs a second run to be planned) and after one
+/// that grew the plan by more than 1% from `before` bytes (to see whether it now holds what
+/// the app reads). Not otherwise: an app whose every launch reads something of its own (a
+/// document, a video) would be traced at every launch.
+fn check_after_widening(runs: usize, n_rawseq: usize, before: u64, built: Option<u64>) -> bool {
+    let first = runs == n_rawseq + 1;
+    let grew = built.is_some_and(|b| b > before + before / 100);
+    first || grew
 }
 
 /// Whether a check says the plan no longer fits the app.
@@ -1106,7 +1120,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         return;
     }
     // Prefetcher generation, off the launch path (the app has launched).
-    if build_plans(sh, &mut s, &app, &mut lc, cfg) {
+    if build_plans(sh, &mut s, &app, &mut lc, cfg).is_some() {
         drop(lc_held);
         refresh_cache(sh);
         if cfg.rank_by_emulation {
@@ -1117,7 +1131,14 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
 
 /// Build an app's plans from its stored learning runs, replacing any it had, and move it to
 /// prefetching (or too small). False if the plans could not be built or stored.
-fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg: &Config) -> bool {
+/// Build and store an app's plans from its runs; the launch-order plan's bytes if built.
+fn build_plans(
+    sh: &Shared,
+    s: &mut Store,
+    app: &AppRow,
+    lc: &mut Lifecycle,
+    cfg: &Config,
+) -> Option<u64> {
     let runs: Vec<RawRun> = s
         .runs(app.id)
         .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
@@ -1125,7 +1146,7 @@ fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg
     let base = crate::learn::base_of_warm(&app.key, &runs, cfg.n_rawseq as usize);
     let facts = crate::learn::device_facts(s, &sh.run_dir).ok();
     let settings = s.app_settings(app.id).unwrap_or_default();
-    let Some(f) = &facts else { return false };
+    let f = facts.as_ref()?;
     let mut plans = crate::learn::plans_for(&base, f, settings.paralfetch);
     let bytes = plans
         .iter()
@@ -1134,7 +1155,7 @@ fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg
         .unwrap_or(0);
     if let Err(e) = s.replace_plans(app.id, &mut plans) {
         tracing::warn!("{}: could not store plans: {e}", app.key);
-        return false;
+        return None;
     }
     lc.phase = if bytes < cfg.min_launch_kb * 1024 {
         Phase::TooSmall
@@ -1149,7 +1170,7 @@ fn build_plans(sh: &Shared, s: &mut Store, app: &AppRow, lc: &mut Lifecycle, cfg
         bytes / 1024,
         lc.phase
     );
-    true
+    Some(bytes)
 }
 
 /// Rank an app's new plans by emulation for `auto` (seconds of `O_DIRECT` reads of its
@@ -1593,6 +1614,16 @@ mod tests {
         assert!(v.relearn.unwrap().contains("miss ratio") && !v.widen);
         std::fs::remove_file(&p).unwrap();
         assert_eq!(changed_files(&plan), 1);
+    }
+
+    #[test]
+    fn only_a_first_or_fruitful_widening_checks_the_next_launch() {
+        // A new way of launching: its first run changes nothing yet, its second grows the plan.
+        assert!(check_after_widening(3, 2, 100_000_000, Some(100_000_000)));
+        assert!(check_after_widening(4, 2, 100_000_000, Some(120_000_000)));
+        // A document of each launch's own: the plan stays as it was, checks at their pace.
+        assert!(!check_after_widening(4, 2, 100_000_000, Some(100_500_000)));
+        assert!(!check_after_widening(6, 2, 100_000_000, None));
     }
 
     #[test]
