@@ -529,6 +529,21 @@ impl LaunchSequence {
     }
 }
 
+/// The pages these accesses touched.
+fn pages_of<'a>(accesses: impl Iterator<Item = &'a Access>) -> HashSet<(Target, u64)> {
+    accesses
+        .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
+        .collect()
+}
+
+/// The pages any of the runs used (a page counts as used if any run used it).
+fn used_pages(runs: &[RawRun]) -> HashSet<(Target, u64)> {
+    pages_of(
+        runs.iter()
+            .flat_map(|r| r.accesses.iter().filter(|a| a.used)),
+    )
+}
+
 /// `extract` over more runs than it takes to learn: keep what at least `support` of them
 /// accessed (every run, FAST 4.1.2, when there are no more than `support`). An app launched
 /// two ways (GIMP headless and with its window, LibreOffice converting and editing) keeps
@@ -539,24 +554,14 @@ pub fn extract_supported(runs: &[RawRun], support: usize) -> LaunchSequence {
     if runs.len() <= support {
         return extract(runs);
     }
-    let pages_of = |r: &RawRun| -> HashSet<(Target, u64)> {
-        r.accesses
-            .iter()
-            .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
-            .collect()
-    };
     let mut count: HashMap<(Target, u64), usize> = HashMap::new();
     for r in runs {
-        for k in pages_of(r) {
+        for k in pages_of(r.accesses.iter()) {
             *count.entry(k).or_default() += 1;
         }
     }
     let kept = |k: &(Target, u64)| count.get(k).is_some_and(|n| *n >= support);
-    let used_anywhere: HashSet<(Target, u64)> = runs
-        .iter()
-        .flat_map(|r| r.accesses.iter().filter(|a| a.used))
-        .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
-        .collect();
+    let used_anywhere = used_pages(runs);
     let mut b = Builder::default();
     for r in runs {
         for a in &r.accesses {
@@ -627,19 +632,9 @@ pub fn extract(runs: &[RawRun]) -> LaunchSequence {
     };
     let others: Vec<HashSet<(Target, u64)>> = runs[1..]
         .iter()
-        .map(|r| {
-            r.accesses
-                .iter()
-                .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
-                .collect()
-        })
+        .map(|r| pages_of(r.accesses.iter()))
         .collect();
-    // A page counts as used if any run used it.
-    let used_anywhere: HashSet<(Target, u64)> = runs
-        .iter()
-        .flat_map(|r| r.accesses.iter().filter(|a| a.used))
-        .flat_map(|a| (a.page..a.page + a.pages).map(move |p| (a.target, p)))
-        .collect();
+    let used_anywhere = used_pages(runs);
     let mut b = Builder::default();
     let mut dropped = 0;
     for a in &first.accesses {
