@@ -210,36 +210,63 @@ pub fn open_planned_if(
 /// docs/measurements.md, 2026-11-26 ninth entry). So nothing else in the process may open
 /// them: a fanotify monitor puts an ignore mark on them (an event would hand it a
 /// descriptor), and `open_planned` refuses them.
-static LOCKED_FILES: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// The databases noted, as given: nothing is resolved when one is opened (`run`'s front opens
+/// it on the launch's path), only when a file is compared with them.
+static LOCKED_DATABASES: std::sync::Mutex<Vec<std::path::PathBuf>> =
+    std::sync::Mutex::new(Vec::new());
 
 /// Note the database at `db` (and its `-wal`, `-shm`) as locked by this process.
 pub fn note_locked_database(db: &Path) {
-    let Some(name) = db.file_name() else { return };
+    let mut l = LOCKED_DATABASES.lock().unwrap_or_else(|p| p.into_inner());
+    if !l.iter().any(|d| d == db) {
+        l.push(db.to_path_buf());
+    }
+}
+
+/// A noted database's three files, by canonical path; `only` keeps the one of that name.
+fn files_of(db: &Path, only: Option<&std::ffi::OsStr>) -> Vec<std::path::PathBuf> {
+    let Some(name) = db.file_name() else {
+        return Vec::new();
+    };
+    let names = ["", "-wal", "-shm"].map(|suffix| {
+        let mut n = name.to_os_string();
+        n.push(suffix);
+        n
+    });
+    if only.is_some_and(|o| !names.iter().any(|n| n == o)) {
+        return Vec::new();
+    }
     let dir = db
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let mut l = LOCKED_FILES.lock().unwrap_or_else(|p| p.into_inner());
-    for suffix in ["", "-wal", "-shm"] {
-        let mut n = name.to_os_string();
-        n.push(suffix);
-        let p = dir.join(n);
-        if !l.contains(&p) {
-            l.push(p);
-        }
-    }
+    names
+        .into_iter()
+        .filter(|n| only.is_none_or(|o| o == n))
+        .map(|n| dir.join(n))
+        .collect()
 }
 
 /// The files `note_locked_database` noted, by canonical path.
 pub fn locked_files() -> Vec<std::path::PathBuf> {
-    LOCKED_FILES.lock().map(|l| l.clone()).unwrap_or_default()
+    let dbs = LOCKED_DATABASES
+        .lock()
+        .map(|l| l.clone())
+        .unwrap_or_default();
+    dbs.iter().flat_map(|d| files_of(d, None)).collect()
 }
 
+/// Whether canonical `path` is one of the noted files: its name is compared first, so a
+/// planned file resolves nothing.
 fn is_locked_file(path: &Path) -> bool {
-    LOCKED_FILES
-        .lock()
-        .is_ok_and(|l| l.iter().any(|p| p == path))
+    let Some(name) = path.file_name() else {
+        return false;
+    };
+    LOCKED_DATABASES.lock().is_ok_and(|dbs| {
+        dbs.iter()
+            .any(|d| files_of(d, Some(name)).iter().any(|p| p == path))
+    })
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it): the time stamps of the
