@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::app::AppKey;
 use crate::plan::{Entry, Plan};
 use crate::prefetch::PrefetchOptions;
+use crate::resolve::FileId;
 use crate::schedule::{auto, Strategy};
 use crate::sequence::{RawRun, SysBlockDevices, Target};
 use crate::serve::Serving;
@@ -652,7 +653,10 @@ fn prefetch_launch(
         if let Some(run) = run {
             match s.add_run(app.id, &run) {
                 Ok(n) if n >= cfg.n_rawseq as usize => {
-                    if build_plans(sh, &mut s, &app, &mut lc, cfg).is_some() {
+                    if build_plans(sh, &mut s, &app, &mut lc, cfg, None)
+                        .bytes()
+                        .is_some()
+                    {
                         drop(_lc);
                         refresh_cache(sh);
                         return;
@@ -776,9 +780,18 @@ fn widen(
             return false;
         }
     };
-    tracing::info!("{}: check: {reason}; plans widened to {n} runs", app.key);
     let before = in_use.summary().bytes;
-    let built = build_plans(sh, s, app, lc, cfg);
+    let built = match build_plans(sh, s, app, lc, cfg, Some(in_use)) {
+        Built::Changed(changed) => {
+            let reason = format!("{changed} planned files changed since learning");
+            tracing::info!("{}: check: back to learning: {reason}", app.key);
+            lc.last_check = Some(format!("back to learning: {reason}"));
+            back_to_learning(sh, s, app, lc, reason);
+            return false;
+        }
+        b => b.bytes(),
+    };
+    tracing::info!("{}: check: {reason}; plans widened to {n} runs", app.key);
     lc.last_check = Some(format!("widened to {n} runs: {reason}"));
     if check_after_widening(n, cfg.n_rawseq as usize, before, built) {
         lc.since_check = cfg.n_chk.saturating_sub(1);
@@ -1120,7 +1133,10 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         return;
     }
     // Prefetcher generation, off the launch path (the app has launched).
-    if build_plans(sh, &mut s, &app, &mut lc, cfg).is_some() {
+    if build_plans(sh, &mut s, &app, &mut lc, cfg, None)
+        .bytes()
+        .is_some()
+    {
         drop(lc_held);
         refresh_cache(sh);
         if cfg.rank_by_emulation {
@@ -1129,24 +1145,69 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
     }
 }
 
-/// Build an app's plans from its stored learning runs, replacing any it had, and move it to
-/// prefetching (or too small). False if the plans could not be built or stored.
-/// Build and store an app's plans from its runs; the launch-order plan's bytes if built.
+/// What `build_plans` did.
+#[derive(Debug, PartialEq)]
+enum Built {
+    /// Built and stored; the launch-order plan's bytes.
+    Plans(u64),
+    /// Not built: this many files of the plan in use changed since it was judged.
+    Changed(usize),
+    /// Not built or not stored (logged).
+    Failed,
+}
+
+impl Built {
+    fn bytes(&self) -> Option<u64> {
+        match self {
+            Built::Plans(b) => Some(*b),
+            _ => None,
+        }
+    }
+}
+
+/// Planned files of `in_use` that `built` (identified later) holds in another state: edited
+/// or replaced in between.
+fn changed_since(in_use: &Plan, built: &Plan) -> usize {
+    let now: HashMap<(sys::Dev, u64), &FileId> =
+        built.files.iter().map(|f| ((f.dev, f.ino), f)).collect();
+    in_use
+        .files
+        .iter()
+        .filter(|f| now.get(&(f.dev, f.ino)).is_some_and(|n| !f.unchanged(n)))
+        .count()
+}
+
+/// Build and store an app's plans from its stored runs, replacing any it had, and move it
+/// to prefetching (or too small). With `in_use`, the plan the runs were judged against: a
+/// file of it changed since stops the build.
 fn build_plans(
     sh: &Shared,
     s: &mut Store,
     app: &AppRow,
     lc: &mut Lifecycle,
     cfg: &Config,
-) -> Option<u64> {
+    in_use: Option<&Plan>,
+) -> Built {
     let runs: Vec<RawRun> = s
         .runs(app.id)
         .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
         .unwrap_or_default();
     let base = crate::learn::base_of_warm(&app.key, &runs, cfg.n_rawseq as usize);
+    if let Some(p) = in_use {
+        // A file edited after the check that judged it unchanged and before it was
+        // identified again here would enter the plans with its new identity, its old pages
+        // and no way for a later check to see the change (seen in CI: a widening raced an
+        // edit). The runs are stale then: learning again.
+        let changed = changed_since(p, &base.skeleton);
+        if changed > 0 {
+            return Built::Changed(changed);
+        }
+    }
     let facts = crate::learn::device_facts(s, &sh.run_dir).ok();
     let settings = s.app_settings(app.id).unwrap_or_default();
-    let f = facts.as_ref()?;
+    let Some(f) = facts.as_ref() else {
+        return Built::Failed;
+    };
     let mut plans = crate::learn::plans_for(&base, f, settings.paralfetch);
     let bytes = plans
         .iter()
@@ -1155,7 +1216,7 @@ fn build_plans(
         .unwrap_or(0);
     if let Err(e) = s.replace_plans(app.id, &mut plans) {
         tracing::warn!("{}: could not store plans: {e}", app.key);
-        return None;
+        return Built::Failed;
     }
     lc.phase = if bytes < cfg.min_launch_kb * 1024 {
         Phase::TooSmall
@@ -1170,7 +1231,7 @@ fn build_plans(
         bytes / 1024,
         lc.phase
     );
-    Some(bytes)
+    Built::Plans(bytes)
 }
 
 /// Rank an app's new plans by emulation for `auto` (seconds of `O_DIRECT` reads of its
@@ -1565,6 +1626,28 @@ mod tests {
             usage: Default::default(),
             started_unix_ms: 0,
         }
+    }
+
+    #[test]
+    fn a_file_edited_after_its_check_stops_a_widening() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 10_000]).unwrap();
+        let mut judged = sample_plan();
+        judged.files[0] = crate::resolve::FileId::of(&p).unwrap();
+        judged.files[1] = crate::resolve::FileId::of(dir.path()).unwrap();
+        // Identified again before any edit: the same.
+        let mut built = judged.clone();
+        built.files[0] = crate::resolve::FileId::of(&p).unwrap();
+        assert_eq!(changed_since(&judged, &built), 0);
+        // Edited in place (same inode) between the check and the build.
+        std::fs::write(&p, b"a new version").unwrap();
+        built.files[0] = crate::resolve::FileId::of(&p).unwrap();
+        assert_eq!(built.files[0].ino, judged.files[0].ino);
+        assert_eq!(changed_since(&judged, &built), 1);
+        // A file the launch writes itself is held to its identity only.
+        judged.files[0].volatile = true;
+        assert_eq!(changed_since(&judged, &built), 0);
     }
 
     #[test]
