@@ -890,10 +890,15 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     }
 }
 
-/// Planned files gone or changed (device, inode, size or mtime) since learning.
+/// Planned files gone or changed (device, inode, size or mtime) since learning. The files the
+/// launch writes itself (`volatile`) do not count: a lock file deleted at exit, a profile
+/// replaced by a rename at every launch (LibreOffice's `.lock`, chromium's `Local State`)
+/// say nothing of the app, and counting them sent LibreOffice and chromium back to learning
+/// at every check (the prefetcher skips them when they changed).
 fn changed_files(plan: &Plan) -> usize {
     plan.files
         .iter()
+        .filter(|f| !f.volatile)
         .filter(|f| crate::prefetch::file_state(f) != crate::prefetch::FileState::Unchanged)
         .count()
 }
@@ -1166,13 +1171,14 @@ impl Built {
 }
 
 /// Planned files of `in_use` that `built` (identified later) holds in another state: edited
-/// or replaced in between.
+/// in between. As in `changed_files`, not the files the launch writes itself.
 fn changed_since(in_use: &Plan, built: &Plan) -> usize {
     let now: HashMap<(sys::Dev, u64), &FileId> =
         built.files.iter().map(|f| ((f.dev, f.ino), f)).collect();
     in_use
         .files
         .iter()
+        .filter(|f| !f.volatile)
         .filter(|f| now.get(&(f.dev, f.ino)).is_some_and(|n| !f.unchanged(n)))
         .count()
 }
@@ -1645,9 +1651,33 @@ mod tests {
         built.files[0] = crate::resolve::FileId::of(&p).unwrap();
         assert_eq!(built.files[0].ino, judged.files[0].ino);
         assert_eq!(changed_since(&judged, &built), 1);
-        // A file the launch writes itself is held to its identity only.
+        // A file the launch writes itself does not count.
         judged.files[0].volatile = true;
         assert_eq!(changed_since(&judged, &built), 0);
+    }
+
+    #[test]
+    fn files_the_launch_writes_itself_do_not_send_it_back_to_learning() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join(".lock");
+        let lib = dir.path().join("lib.so");
+        std::fs::write(&lock, b"host,pid").unwrap();
+        std::fs::write(&lib, vec![0u8; 10_000]).unwrap();
+        let mut plan = sample_plan();
+        plan.files[0] = crate::resolve::FileId::of(&lock).unwrap();
+        plan.files[0].volatile = true;
+        plan.files[1] = crate::resolve::FileId::of(&lib).unwrap();
+        assert_eq!(changed_files(&plan), 0);
+        // The app deletes its lock file at exit and makes a new one at its next launch.
+        std::fs::remove_file(&lock).unwrap();
+        assert_eq!(changed_files(&plan), 0);
+        std::fs::write(&lock, b"host,pid2").unwrap();
+        assert_eq!(changed_files(&plan), 0);
+        let v = judge(&plan, &run_with(vec![], 0), &Config::default());
+        assert!(v.relearn.is_none(), "{:?}", v.relearn);
+        // An update of the app does.
+        std::fs::write(&lib, b"new version").unwrap();
+        assert_eq!(changed_files(&plan), 1);
     }
 
     #[test]
