@@ -695,7 +695,7 @@ fn prefetch_launch(
     // being relearned).
     if let Some(Err(())) = checked {
         lc.since_check = 0;
-        let changed = changed_files(&plan);
+        let changed = changed_files(&plan, None);
         if changed > 0 {
             let reason = format!("{changed} planned files changed since learning");
             tracing::info!("{}: check: back to learning: {reason}", app.key);
@@ -765,6 +765,7 @@ fn widen(
     reason: &str,
     cfg: &Config,
 ) -> bool {
+    let ran = Ran::of(&run);
     let run = private(run, cfg, Path::new(&app.exe), &app.key);
     let added = s.add_run(app.id, &run).and_then(|n| {
         if n > MAX_RUNS {
@@ -781,7 +782,7 @@ fn widen(
         }
     };
     let before = in_use.summary().bytes;
-    let built = match build_plans(sh, s, app, lc, cfg, Some(in_use)) {
+    let built = match build_plans(sh, s, app, lc, cfg, Some((in_use, ran))) {
         Built::Changed(changed) => {
             let reason = format!("{changed} planned files changed since learning");
             tracing::info!("{}: check: back to learning: {reason}", app.key);
@@ -865,7 +866,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     } else {
         covered.iter().filter(|k| !used.contains(k)).count() as f64 / covered.len() as f64
     };
-    let changed = changed_files(plan);
+    let changed = changed_files(plan, Ran::of(run));
     let relearn = if miss_ratio > cfg.r_miss {
         Some(format!(
             "miss ratio {miss_ratio:.3} above r_miss {}",
@@ -895,12 +896,47 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
 /// replaced by a rename at every launch (LibreOffice's `.lock`, chromium's `Local State`)
 /// say nothing of the app, and counting them sent LibreOffice and chromium back to learning
 /// at every check (the prefetcher skips them when they changed).
-fn changed_files(plan: &Plan) -> usize {
+///
+/// Nor does a file whose new time falls within the checked launch (`ran`): the app wrote it
+/// itself, at a launch that was not one of its learning ones (chromium's `Variations` and
+/// `Last Version` in its profile).
+fn changed_files(plan: &Plan, ran: Option<Ran>) -> usize {
     plan.files
         .iter()
         .filter(|f| !f.volatile)
         .filter(|f| crate::prefetch::file_state(f) != crate::prefetch::FileState::Unchanged)
+        .filter(|f| {
+            let now = FileId::of(&f.path);
+            !ran.is_some_and(|r| now.is_some_and(|n| r.wrote(n.mtime_ns)))
+        })
         .count()
+}
+
+/// When a checked launch ran, wall clock: a planned file modified meanwhile was written by
+/// the app itself.
+#[derive(Clone, Copy, Debug)]
+struct Ran {
+    from_ns: i64,
+    to_ns: i64,
+}
+
+impl Ran {
+    /// A file's time is the kernel's coarse clock, up to a tick behind.
+    const SLACK_NS: i64 = 10_000_000;
+
+    fn of(run: &RawRun) -> Option<Ran> {
+        (run.started_unix_ms > 0).then(|| {
+            let from_ns = run.started_unix_ms as i64 * 1_000_000;
+            Ran {
+                from_ns,
+                to_ns: from_ns.saturating_add(run.duration_ns as i64),
+            }
+        })
+    }
+
+    fn wrote(&self, mtime_ns: i64) -> bool {
+        (self.from_ns - Self::SLACK_NS..=self.to_ns + Self::SLACK_NS).contains(&mtime_ns)
+    }
 }
 
 /// Send an app back to learning. Its plans stay and keep being prefetched (the prefetcher
@@ -1172,14 +1208,17 @@ impl Built {
 
 /// Planned files of `in_use` that `built` (identified later) holds in another state: edited
 /// in between. As in `changed_files`, not the files the launch writes itself.
-fn changed_since(in_use: &Plan, built: &Plan) -> usize {
+fn changed_since(in_use: &Plan, built: &Plan, ran: Option<Ran>) -> usize {
     let now: HashMap<(sys::Dev, u64), &FileId> =
         built.files.iter().map(|f| ((f.dev, f.ino), f)).collect();
     in_use
         .files
         .iter()
         .filter(|f| !f.volatile)
-        .filter(|f| now.get(&(f.dev, f.ino)).is_some_and(|n| !f.unchanged(n)))
+        .filter(|f| {
+            now.get(&(f.dev, f.ino))
+                .is_some_and(|n| !f.unchanged(n) && !ran.is_some_and(|r| r.wrote(n.mtime_ns)))
+        })
         .count()
 }
 
@@ -1192,19 +1231,19 @@ fn build_plans(
     app: &AppRow,
     lc: &mut Lifecycle,
     cfg: &Config,
-    in_use: Option<&Plan>,
+    in_use: Option<(&Plan, Option<Ran>)>,
 ) -> Built {
     let runs: Vec<RawRun> = s
         .runs(app.id)
         .map(|v| v.into_iter().filter_map(|(_, _, r)| r.ok()).collect())
         .unwrap_or_default();
     let base = crate::learn::base_of_warm(&app.key, &runs, cfg.n_rawseq as usize);
-    if let Some(p) = in_use {
+    if let Some((p, ran)) = in_use {
         // A file edited after the check that judged it unchanged and before it was
         // identified again here would enter the plans with its new identity, its old pages
         // and no way for a later check to see the change (seen in CI: a widening raced an
         // edit). The runs are stale then: learning again.
-        let changed = changed_since(p, &base.skeleton);
+        let changed = changed_since(p, &base.skeleton, ran);
         if changed > 0 {
             return Built::Changed(changed);
         }
@@ -1645,15 +1684,47 @@ mod tests {
         // Identified again before any edit: the same.
         let mut built = judged.clone();
         built.files[0] = crate::resolve::FileId::of(&p).unwrap();
-        assert_eq!(changed_since(&judged, &built), 0);
+        assert_eq!(changed_since(&judged, &built, None), 0);
         // Edited in place (same inode) between the check and the build.
         std::fs::write(&p, b"a new version").unwrap();
         built.files[0] = crate::resolve::FileId::of(&p).unwrap();
         assert_eq!(built.files[0].ino, judged.files[0].ino);
-        assert_eq!(changed_since(&judged, &built), 1);
+        assert_eq!(changed_since(&judged, &built, None), 1);
         // A file the launch writes itself does not count.
         judged.files[0].volatile = true;
-        assert_eq!(changed_since(&judged, &built), 0);
+        assert_eq!(changed_since(&judged, &built, None), 0);
+    }
+
+    #[test]
+    fn a_file_the_checked_launch_wrote_is_the_apps_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("Variations");
+        std::fs::write(&state, b"seed 1").unwrap();
+        let mut plan = sample_plan();
+        plan.files[0] = crate::resolve::FileId::of(&state).unwrap();
+        plan.files[1] = crate::resolve::FileId::of(dir.path()).unwrap();
+        // Written by the app during a launch that was not a learning one.
+        let mut run = run_with(vec![], 0);
+        run.started_unix_ms = crate::sys::now_unix() as u64 * 1000 - 2_000;
+        run.duration_ns = 4_000_000_000;
+        std::fs::write(&state, b"seed 22").unwrap();
+        let ran = Ran::of(&run);
+        assert_eq!(changed_files(&plan, ran), 0);
+        assert!(judge(&plan, &run, &Config::default()).relearn.is_none());
+        let mut built = plan.clone();
+        built.files[0] = crate::resolve::FileId::of(&state).unwrap();
+        assert_eq!(changed_since(&plan, &built, ran), 0);
+        // Written after the launch ended (an edit, an update): a change.
+        run.started_unix_ms -= 60_000;
+        let ran = Ran::of(&run);
+        assert_eq!(changed_files(&plan, ran), 1);
+        assert_eq!(changed_since(&plan, &built, ran), 1);
+        assert!(judge(&plan, &run, &Config::default())
+            .relearn
+            .is_some_and(|r| r.contains("changed")));
+        // A run without a start time: every change counts.
+        run.started_unix_ms = 0;
+        assert_eq!(changed_files(&plan, Ran::of(&run)), 1);
     }
 
     #[test]
@@ -1667,17 +1738,17 @@ mod tests {
         plan.files[0] = crate::resolve::FileId::of(&lock).unwrap();
         plan.files[0].volatile = true;
         plan.files[1] = crate::resolve::FileId::of(&lib).unwrap();
-        assert_eq!(changed_files(&plan), 0);
+        assert_eq!(changed_files(&plan, None), 0);
         // The app deletes its lock file at exit and makes a new one at its next launch.
         std::fs::remove_file(&lock).unwrap();
-        assert_eq!(changed_files(&plan), 0);
+        assert_eq!(changed_files(&plan, None), 0);
         std::fs::write(&lock, b"host,pid2").unwrap();
-        assert_eq!(changed_files(&plan), 0);
+        assert_eq!(changed_files(&plan, None), 0);
         let v = judge(&plan, &run_with(vec![], 0), &Config::default());
         assert!(v.relearn.is_none(), "{:?}", v.relearn);
         // An update of the app does.
         std::fs::write(&lib, b"new version").unwrap();
-        assert_eq!(changed_files(&plan), 1);
+        assert_eq!(changed_files(&plan, None), 1);
     }
 
     #[test]
@@ -1716,9 +1787,9 @@ mod tests {
         assert!(v.relearn.is_none(), "{:?}", v.relearn);
         let v = judge(&plan, &run_with(vec![], 5), &cfg);
         assert!(v.relearn.unwrap().contains("synchronous readaheads"));
-        assert_eq!(changed_files(&plan), 0);
+        assert_eq!(changed_files(&plan, None), 0);
         std::fs::write(&p, b"changed").unwrap();
-        assert_eq!(changed_files(&plan), 1);
+        assert_eq!(changed_files(&plan, None), 1);
         let v = judge(&plan, &run_with(vec![], 0), &cfg);
         assert!(!v.widen);
         assert!(v.relearn.unwrap().contains("changed"));
@@ -1726,7 +1797,7 @@ mod tests {
         let v = judge(&plan, &run_with(vec![acc(5, 1)], 0), &cfg);
         assert!(v.relearn.unwrap().contains("miss ratio") && !v.widen);
         std::fs::remove_file(&p).unwrap();
-        assert_eq!(changed_files(&plan), 1);
+        assert_eq!(changed_files(&plan, None), 1);
     }
 
     #[test]
