@@ -903,13 +903,15 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
 fn changed_files(plan: &Plan, ran: Option<Ran>) -> usize {
     plan.files
         .iter()
-        .filter(|f| !f.volatile)
-        .filter(|f| crate::prefetch::file_state(f) != crate::prefetch::FileState::Unchanged)
-        .filter(|f| {
-            let now = FileId::of(&f.path);
-            !ran.is_some_and(|r| now.is_some_and(|n| r.wrote(n.mtime_ns)))
-        })
+        .filter(|f| app_changed(f, FileId::of(&f.path).as_ref(), ran))
         .count()
+}
+
+/// Whether planned file `f`, found now as `now` (None: gone, or no longer a regular file or
+/// directory), says the app changed: it is not one the launch writes itself, and it is gone
+/// or differs, other than by a write during the checked launch `ran`.
+fn app_changed(f: &FileId, now: Option<&FileId>, ran: Option<Ran>) -> bool {
+    !f.volatile && !now.is_some_and(|n| f.unchanged(n) || ran.is_some_and(|r| r.wrote(n.mtime_ns)))
 }
 
 /// When a checked launch ran, wall clock: a planned file modified meanwhile was written by
@@ -1214,10 +1216,9 @@ fn changed_since(in_use: &Plan, built: &Plan, ran: Option<Ran>) -> usize {
     in_use
         .files
         .iter()
-        .filter(|f| !f.volatile)
         .filter(|f| {
             now.get(&(f.dev, f.ino))
-                .is_some_and(|n| !f.unchanged(n) && !ran.is_some_and(|r| r.wrote(n.mtime_ns)))
+                .is_some_and(|n| app_changed(f, Some(n), ran))
         })
         .count()
 }
@@ -1673,14 +1674,20 @@ mod tests {
         }
     }
 
+    /// `sample_plan` over two real files (its data entries are of the first).
+    fn plan_over(first: &Path, second: &Path) -> Plan {
+        let mut plan = sample_plan();
+        plan.files[0] = FileId::of(first).unwrap();
+        plan.files[1] = FileId::of(second).unwrap();
+        plan
+    }
+
     #[test]
     fn a_file_edited_after_its_check_stops_a_widening() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, vec![0u8; 10_000]).unwrap();
-        let mut judged = sample_plan();
-        judged.files[0] = crate::resolve::FileId::of(&p).unwrap();
-        judged.files[1] = crate::resolve::FileId::of(dir.path()).unwrap();
+        let mut judged = plan_over(&p, dir.path());
         // Identified again before any edit: the same.
         let mut built = judged.clone();
         built.files[0] = crate::resolve::FileId::of(&p).unwrap();
@@ -1700,9 +1707,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("Variations");
         std::fs::write(&state, b"seed 1").unwrap();
-        let mut plan = sample_plan();
-        plan.files[0] = crate::resolve::FileId::of(&state).unwrap();
-        plan.files[1] = crate::resolve::FileId::of(dir.path()).unwrap();
+        let plan = plan_over(&state, dir.path());
         // Written by the app during a launch that was not a learning one.
         let mut run = run_with(vec![], 0);
         run.started_unix_ms = crate::sys::now_unix() as u64 * 1000 - 2_000;
@@ -1734,10 +1739,8 @@ mod tests {
         let lib = dir.path().join("lib.so");
         std::fs::write(&lock, b"host,pid").unwrap();
         std::fs::write(&lib, vec![0u8; 10_000]).unwrap();
-        let mut plan = sample_plan();
-        plan.files[0] = crate::resolve::FileId::of(&lock).unwrap();
+        let mut plan = plan_over(&lock, &lib);
         plan.files[0].volatile = true;
-        plan.files[1] = crate::resolve::FileId::of(&lib).unwrap();
         assert_eq!(changed_files(&plan, None), 0);
         // The app deletes its lock file at exit and makes a new one at its next launch.
         std::fs::remove_file(&lock).unwrap();
@@ -1756,9 +1759,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, vec![0u8; 10_000]).unwrap();
-        let mut plan = sample_plan();
-        plan.files[0] = crate::resolve::FileId::of(&p).unwrap();
-        plan.files[1] = crate::resolve::FileId::of(dir.path()).unwrap();
+        let plan = plan_over(&p, dir.path());
         let f = &plan.files[0];
         let t = Target::File {
             dev: f.dev,
