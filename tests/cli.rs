@@ -2491,6 +2491,19 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(300));
         }
     }
+    /// Waits until the app's `field` counter exceeds `above`: the daemon counts a launch once
+    /// it has seen the launch end, which can be after the launch's command has returned.
+    fn wait_count_above(&self, sb: &Sandbox, field: &str, above: u64, what: &str) {
+        let t0 = Instant::now();
+        while self.app(sb)[field].as_u64().unwrap_or(0) <= above {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{what}: {}",
+                self.status(sb)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     fn signal(&self, sig: nix::sys::signal::Signal) {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
     }
@@ -2548,7 +2561,7 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
         faults * 2 <= cold_faults,
         "major faults: cold {cold_faults}, with the daemon {faults}"
     );
-    assert!(d.app(&sb)["prefetches"].as_u64().unwrap() >= 1);
+    d.wait_count_above(&sb, "prefetches", 0, "the cold launch was not prefetched");
     // Once its plans were built, the daemon ranked them by emulation for auto (issue #28).
     let t0 = Instant::now();
     let ranking = loop {
@@ -2593,15 +2606,12 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     let prefetched = d.app(&sb)["prefetches"].as_u64().unwrap();
     drop_caches();
     let faults = launch()["major_faults"].as_u64().unwrap();
-    let t0 = Instant::now();
-    while d.app(&sb)["prefetches"].as_u64().unwrap() == prefetched {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "a relearning launch was not prefetched: {}",
-            d.status(&sb)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    d.wait_count_above(
+        &sb,
+        "prefetches",
+        prefetched,
+        "a relearning launch was not prefetched",
+    );
     assert!(
         faults * 2 <= cold_faults,
         "major faults: cold {cold_faults}, relearning with the daemon {faults}"
