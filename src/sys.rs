@@ -667,6 +667,14 @@ pub fn monotonic_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// How far behind the time a file's change is stamped with can be: the resolution of the
+/// coarse real-time clock the kernel stamps it from (one tick: 4 ms at HZ=250).
+pub fn file_time_slack_ns() -> i64 {
+    nix::time::clock_getres(nix::time::ClockId::CLOCK_REALTIME_COARSE)
+        .map(|ts| ts.tv_sec() * 1_000_000_000 + ts.tv_nsec())
+        .unwrap_or(10_000_000)
+}
+
 /// Whether the effective user is root (most commands need CAP_SYS_ADMIN in practice).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

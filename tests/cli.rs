@@ -2481,10 +2481,22 @@ impl Daemon {
                 // The daemon's own account of its checks says why (a trace error, no check).
                 let log = std::fs::read_to_string(&self.log).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                // And what changed the app's plans or phase before that.
+                let story: Vec<&str> = log
+                    .lines()
+                    .filter(|l| {
+                        ["learning", "built", "widened", "changed"]
+                            .iter()
+                            .any(|w| l.contains(w))
+                    })
+                    .take(40)
+                    .collect();
                 panic!(
-                    "never reached {phase}: {}\ndaemon log, last lines first:\n{}",
+                    "never reached {phase}: {}\ndaemon log, last lines first:\n{}\n\
+                     its plans and phases:\n{}",
                     self.status(sb),
-                    tail.join("\n")
+                    tail.join("\n"),
+                    story.join("\n")
                 );
             }
             launch();
@@ -2578,12 +2590,16 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(ranking.strategies.len(), 5, "{ranking:?}");
-    // An edited file of the app: the next check sends it back to learning.
-    std::fs::write(
-        app.join("share/part0004.bin"),
-        b"a new version of this file",
-    )
-    .unwrap();
+    // An edited file of the app: the next check sends it back to learning. Stamped a second
+    // back, as an update's files often are (their build's time): an edit within a clock
+    // tick of the next launch's exec is, by its time, the launch's own writing.
+    let edited = app.join("share/part0004.bin");
+    std::fs::write(&edited, b"a new version of this file").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&edited)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(1)))
+        .unwrap();
     d.wait_phase(&sb, "relearning", || {
         launch();
     });

@@ -923,21 +923,23 @@ struct Ran {
 }
 
 impl Ran {
-    /// A file's time is the kernel's coarse clock, up to a tick behind.
-    const SLACK_NS: i64 = 10_000_000;
-
+    /// A file's time is the kernel's coarse clock, up to a tick behind: the window opens
+    /// that much before the exec, and no more. A wider slack (10 ms, once) let an edit made
+    /// just before a launch pass as the launch's own writing; a widening then adopted the
+    /// edited file as volatile and no later check saw the change (CI, twice).
     fn of(run: &RawRun) -> Option<Ran> {
         (run.started_unix_ms > 0).then(|| {
             let from_ns = run.started_unix_ms as i64 * 1_000_000;
+            let slack = sys::file_time_slack_ns();
             Ran {
-                from_ns,
-                to_ns: from_ns.saturating_add(run.duration_ns as i64),
+                from_ns: from_ns - slack,
+                to_ns: from_ns.saturating_add(run.duration_ns as i64) + slack,
             }
         })
     }
 
     fn wrote(&self, mtime_ns: i64) -> bool {
-        (self.from_ns - Self::SLACK_NS..=self.to_ns + Self::SLACK_NS).contains(&mtime_ns)
+        (self.from_ns..=self.to_ns).contains(&mtime_ns)
     }
 }
 
@@ -1719,6 +1721,18 @@ mod tests {
         let mut built = plan.clone();
         built.files[0] = crate::resolve::FileId::of(&state).unwrap();
         assert_eq!(changed_since(&plan, &built, ran), 0);
+        // Edited just before the launch began (by more than a tick of the clock files are
+        // stamped with): a change, which a widening must not adopt.
+        let before = std::time::UNIX_EPOCH + std::time::Duration::from_millis(run.started_unix_ms)
+            - std::time::Duration::from_nanos(sys::file_time_slack_ns() as u64 + 2_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(&state)
+            .and_then(|f| f.set_modified(before))
+            .unwrap();
+        let built = plan_over(&state, dir.path());
+        assert_eq!(changed_files(&plan, ran), 1);
+        assert_eq!(changed_since(&plan, &built, ran), 1);
         // Written after the launch ended (an edit, an update): a change.
         run.started_unix_ms -= 60_000;
         let ran = Ran::of(&run);
