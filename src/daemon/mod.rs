@@ -81,7 +81,15 @@ pub struct Lifecycle {
     pub relearn_reason: Option<String>,
     /// Estimated time saved so far, ms (see `saved_estimate`).
     pub saved_ms: f64,
+    /// Planned files a checked launch was seen writing (`written_during`): the app's own
+    /// data, such as a browser's profile, which it may rewrite at any launch, checked or
+    /// not. Their changes never send it back to learning. At most `MAX_OWN_FILES`.
+    #[serde(default)]
+    pub own_files: Vec<String>,
 }
+
+/// Most files `Lifecycle::own_files` remembers (the latest seen).
+const MAX_OWN_FILES: usize = 64;
 
 pub struct DaemonOptions {
     pub db: PathBuf,
@@ -695,7 +703,7 @@ fn prefetch_launch(
     // being relearned).
     if let Some(Err(())) = checked {
         lc.since_check = 0;
-        let changed = changed_files(&plan, None);
+        let changed = changed_files(&plan, &Own::files(&lc.own_files));
         if changed > 0 {
             let reason = format!("{changed} planned files changed since learning");
             tracing::info!("{}: check: back to learning: {reason}", app.key);
@@ -707,7 +715,15 @@ fn prefetch_launch(
     if let Some(Ok(t)) = checked {
         lc.since_check = 0;
         let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
-        let verdict = judge(&plan, &run, cfg);
+        let verdict = judge(&plan, &run, cfg, &lc.own_files);
+        let written = written_during(&plan, Ran::of(&run));
+        for p in written.iter().filter(|p| !lc.own_files.contains(p)) {
+            tracing::info!(
+                "{}: {p} is the app's own writing; its changes do not count",
+                app.key
+            );
+        }
+        remember_own(&mut lc, written);
         lc.last_miss_ratio = Some(verdict.miss_ratio);
         lc.last_waste = Some(verdict.waste);
         lc.last_check = Some(match &verdict.relearn {
@@ -826,7 +842,7 @@ struct Verdict {
 /// FAST's miss ratio (pages read from disk that the plan does not cover, over the plan's
 /// pages), the waste (planned pages the launch did not use), Paralfetch's
 /// synchronous-readahead share, and changed planned files.
-fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
+fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdict {
     let ps = plan.page_size as u64;
     let mut covered: HashSet<(sys::Dev, u64, u64)> = HashSet::new();
     let mut plan_pages = 0u64;
@@ -866,7 +882,13 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
     } else {
         covered.iter().filter(|k| !used.contains(k)).count() as f64 / covered.len() as f64
     };
-    let changed = changed_files(plan, Ran::of(run));
+    let changed = changed_files(
+        plan,
+        &Own {
+            ran: Ran::of(run),
+            files: own_files,
+        },
+    );
     let relearn = if miss_ratio > cfg.r_miss {
         Some(format!(
             "miss ratio {miss_ratio:.3} above r_miss {}",
@@ -900,18 +922,66 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config) -> Verdict {
 /// Nor does a file whose new time falls within the checked launch (`ran`): the app wrote it
 /// itself, at a launch that was not one of its learning ones (chromium's `Variations` and
 /// `Last Version` in its profile).
-fn changed_files(plan: &Plan, ran: Option<Ran>) -> usize {
+///
+/// Nor, at any later check, does a file a checked launch was seen writing (`own.files`):
+/// chromium rewrites its profile at launches that are not checked too.
+fn changed_files(plan: &Plan, own: &Own) -> usize {
     plan.files
         .iter()
-        .filter(|f| app_changed(f, FileId::of(&f.path).as_ref(), ran))
+        .filter(|f| app_changed(f, FileId::of(&f.path).as_ref(), own))
         .count()
 }
 
 /// Whether planned file `f`, found now as `now` (None: gone, or no longer a regular file or
 /// directory), says the app changed: it is not one the launch writes itself, and it is gone
-/// or differs, other than by a write during the checked launch `ran`.
-fn app_changed(f: &FileId, now: Option<&FileId>, ran: Option<Ran>) -> bool {
-    !f.volatile && !now.is_some_and(|n| f.unchanged(n) || ran.is_some_and(|r| r.wrote(n.mtime_ns)))
+/// or differs, other than by the app's own writing (`own`).
+fn app_changed(f: &FileId, now: Option<&FileId>, own: &Own) -> bool {
+    !f.volatile
+        && !own.files.contains(&path_key(f))
+        && !now.is_some_and(|n| f.unchanged(n) || own.ran.is_some_and(|r| r.wrote(n.mtime_ns)))
+}
+
+/// What counts as the app's own writing: whatever it wrote during the checked launch
+/// (`ran`), and the files a checked launch was seen writing before (`files`).
+#[derive(Clone, Copy, Default)]
+struct Own<'a> {
+    ran: Option<Ran>,
+    files: &'a [String],
+}
+
+impl<'a> Own<'a> {
+    fn files(files: &'a [String]) -> Own<'a> {
+        Own { ran: None, files }
+    }
+}
+
+/// How a planned file is remembered in `Lifecycle::own_files`.
+fn path_key(f: &FileId) -> String {
+    f.path.to_string_lossy().into_owned()
+}
+
+/// Planned files that differ from the plan now and were modified while the checked launch
+/// ran: the app wrote them.
+fn written_during(plan: &Plan, ran: Option<Ran>) -> Vec<String> {
+    let Some(ran) = ran else {
+        return Vec::new();
+    };
+    plan.files
+        .iter()
+        .filter(|f| !f.volatile)
+        .filter(|f| FileId::of(&f.path).is_some_and(|n| !f.unchanged(&n) && ran.wrote(n.mtime_ns)))
+        .map(path_key)
+        .collect()
+}
+
+/// Add `seen` to the app's own files, keeping the latest `MAX_OWN_FILES`.
+fn remember_own(lc: &mut Lifecycle, seen: Vec<String>) {
+    for p in seen {
+        lc.own_files.retain(|o| *o != p);
+        lc.own_files.push(p);
+    }
+    let over = lc.own_files.len().saturating_sub(MAX_OWN_FILES);
+    lc.own_files.drain(..over);
 }
 
 /// When a checked launch ran, wall clock: a planned file modified meanwhile was written by
@@ -1212,7 +1282,7 @@ impl Built {
 
 /// Planned files of `in_use` that `built` (identified later) holds in another state: edited
 /// in between. As in `changed_files`, not the files the launch writes itself.
-fn changed_since(in_use: &Plan, built: &Plan, ran: Option<Ran>) -> usize {
+fn changed_since(in_use: &Plan, built: &Plan, own: &Own) -> usize {
     let now: HashMap<(sys::Dev, u64), &FileId> =
         built.files.iter().map(|f| ((f.dev, f.ino), f)).collect();
     in_use
@@ -1220,7 +1290,7 @@ fn changed_since(in_use: &Plan, built: &Plan, ran: Option<Ran>) -> usize {
         .iter()
         .filter(|f| {
             now.get(&(f.dev, f.ino))
-                .is_some_and(|n| app_changed(f, Some(n), ran))
+                .is_some_and(|n| app_changed(f, Some(n), own))
         })
         .count()
 }
@@ -1246,7 +1316,12 @@ fn build_plans(
         // identified again here would enter the plans with its new identity, its old pages
         // and no way for a later check to see the change (seen in CI: a widening raced an
         // edit). The runs are stale then: learning again.
-        let changed = changed_since(p, &base.skeleton, ran);
+        let own_files = lc.own_files.clone();
+        let own = Own {
+            ran,
+            files: &own_files,
+        };
+        let changed = changed_since(p, &base.skeleton, &own);
         if changed > 0 {
             return Built::Changed(changed);
         }
@@ -1693,15 +1768,15 @@ mod tests {
         // Identified again before any edit: the same.
         let mut built = judged.clone();
         built.files[0] = crate::resolve::FileId::of(&p).unwrap();
-        assert_eq!(changed_since(&judged, &built, None), 0);
+        assert_eq!(changed_since(&judged, &built, &Own::default()), 0);
         // Edited in place (same inode) between the check and the build.
         std::fs::write(&p, b"a new version").unwrap();
         built.files[0] = crate::resolve::FileId::of(&p).unwrap();
         assert_eq!(built.files[0].ino, judged.files[0].ino);
-        assert_eq!(changed_since(&judged, &built, None), 1);
+        assert_eq!(changed_since(&judged, &built, &Own::default()), 1);
         // A file the launch writes itself does not count.
         judged.files[0].volatile = true;
-        assert_eq!(changed_since(&judged, &built, None), 0);
+        assert_eq!(changed_since(&judged, &built, &Own::default()), 0);
     }
 
     #[test]
@@ -1716,11 +1791,13 @@ mod tests {
         run.duration_ns = 4_000_000_000;
         std::fs::write(&state, b"seed 22").unwrap();
         let ran = Ran::of(&run);
-        assert_eq!(changed_files(&plan, ran), 0);
-        assert!(judge(&plan, &run, &Config::default()).relearn.is_none());
+        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 0);
+        assert!(judge(&plan, &run, &Config::default(), &[])
+            .relearn
+            .is_none());
         let mut built = plan.clone();
         built.files[0] = crate::resolve::FileId::of(&state).unwrap();
-        assert_eq!(changed_since(&plan, &built, ran), 0);
+        assert_eq!(changed_since(&plan, &built, &Own { ran, files: &[] }), 0);
         // Edited just before the launch began (by more than a tick of the clock files are
         // stamped with): a change, which a widening must not adopt.
         let before = std::time::UNIX_EPOCH + std::time::Duration::from_millis(run.started_unix_ms)
@@ -1731,19 +1808,81 @@ mod tests {
             .and_then(|f| f.set_modified(before))
             .unwrap();
         let built = plan_over(&state, dir.path());
-        assert_eq!(changed_files(&plan, ran), 1);
-        assert_eq!(changed_since(&plan, &built, ran), 1);
+        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 1);
+        assert_eq!(changed_since(&plan, &built, &Own { ran, files: &[] }), 1);
         // Written after the launch ended (an edit, an update): a change.
         run.started_unix_ms -= 60_000;
         let ran = Ran::of(&run);
-        assert_eq!(changed_files(&plan, ran), 1);
-        assert_eq!(changed_since(&plan, &built, ran), 1);
-        assert!(judge(&plan, &run, &Config::default())
+        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 1);
+        assert_eq!(changed_since(&plan, &built, &Own { ran, files: &[] }), 1);
+        assert!(judge(&plan, &run, &Config::default(), &[])
             .relearn
             .is_some_and(|r| r.contains("changed")));
         // A run without a start time: every change counts.
         run.started_unix_ms = 0;
-        assert_eq!(changed_files(&plan, Ran::of(&run)), 1);
+        assert_eq!(
+            changed_files(
+                &plan,
+                &Own {
+                    ran: Ran::of(&run),
+                    files: &[]
+                }
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn a_file_a_checked_launch_wrote_stays_the_apps_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("Local State");
+        std::fs::write(&state, b"v1").unwrap();
+        let plan = plan_over(&state, dir.path());
+        // A checked launch writes it: the app's own from then on.
+        let mut run = run_with(vec![], 0);
+        run.started_unix_ms = crate::sys::now_unix() as u64 * 1000 - 2_000;
+        run.duration_ns = 4_000_000_000;
+        std::fs::write(&state, b"v22").unwrap();
+        let mut lc = Lifecycle::default();
+        remember_own(&mut lc, written_during(&plan, Ran::of(&run)));
+        assert_eq!(lc.own_files, [state.to_string_lossy()]);
+        // Rewritten at a launch that was not checked (stamped well before the next check).
+        std::fs::write(&state, b"v333").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&state)
+            .and_then(|f| {
+                f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(30))
+            })
+            .unwrap();
+        let mut later = run_with(vec![], 0);
+        later.started_unix_ms = crate::sys::now_unix() as u64 * 1000;
+        later.duration_ns = 1_000_000;
+        let ran = Ran::of(&later);
+        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 1);
+        let own = Own {
+            ran,
+            files: &lc.own_files,
+        };
+        assert_eq!(changed_files(&plan, &own), 0);
+        assert!(judge(&plan, &later, &Config::default(), &lc.own_files)
+            .relearn
+            .is_none());
+        assert!(written_during(&plan, ran).is_empty());
+        // Remembered once each, the latest MAX_OWN_FILES.
+        remember_own(&mut lc, vec![state.to_string_lossy().into_owned()]);
+        assert_eq!(lc.own_files.len(), 1);
+        remember_own(&mut lc, (0..100).map(|i| format!("/p/{i}")).collect());
+        assert_eq!(lc.own_files.len(), MAX_OWN_FILES);
+        assert_eq!(lc.own_files.last().unwrap(), "/p/99");
+        // A lifecycle stored before own files were kept still reads.
+        let old: Lifecycle = serde_json::from_str(
+            r#"{"phase":"prefetching","launches":3,"prefetches":1,"since_check":0,
+                "last_miss_ratio":null,"last_waste":null,"last_check":null,
+                "relearn_reason":null,"saved_ms":0.0}"#,
+        )
+        .unwrap();
+        assert!(old.own_files.is_empty());
     }
 
     #[test]
@@ -1755,17 +1894,17 @@ mod tests {
         std::fs::write(&lib, vec![0u8; 10_000]).unwrap();
         let mut plan = plan_over(&lock, &lib);
         plan.files[0].volatile = true;
-        assert_eq!(changed_files(&plan, None), 0);
+        assert_eq!(changed_files(&plan, &Own::default()), 0);
         // The app deletes its lock file at exit and makes a new one at its next launch.
         std::fs::remove_file(&lock).unwrap();
-        assert_eq!(changed_files(&plan, None), 0);
+        assert_eq!(changed_files(&plan, &Own::default()), 0);
         std::fs::write(&lock, b"host,pid2").unwrap();
-        assert_eq!(changed_files(&plan, None), 0);
-        let v = judge(&plan, &run_with(vec![], 0), &Config::default());
+        assert_eq!(changed_files(&plan, &Own::default()), 0);
+        let v = judge(&plan, &run_with(vec![], 0), &Config::default(), &[]);
         assert!(v.relearn.is_none(), "{:?}", v.relearn);
         // An update of the app does.
         std::fs::write(&lib, b"new version").unwrap();
-        assert_eq!(changed_files(&plan, None), 1);
+        assert_eq!(changed_files(&plan, &Own::default()), 1);
     }
 
     #[test]
@@ -1789,30 +1928,30 @@ mod tests {
         };
         let cfg = Config::default();
         // Plan data covers pages 0..=2 (3 pages); reading page 2 (covered) and 5 (not).
-        let v = judge(&plan, &run_with(vec![acc(2, 1), acc(5, 1)], 0), &cfg);
+        let v = judge(&plan, &run_with(vec![acc(2, 1), acc(5, 1)], 0), &cfg, &[]);
         assert!((v.miss_ratio - 1.0 / 3.0).abs() < 1e-9, "{}", v.miss_ratio);
         // Pages 0 and 1 planned, not used.
         assert!((v.waste - 2.0 / 3.0).abs() < 1e-9, "{}", v.waste);
         // Nothing changed: the launch's run widens the plan.
         assert!(v.widen);
         assert!(v.relearn.unwrap().contains("miss ratio"));
-        let v = judge(&plan, &run_with(vec![acc(0, 3)], 0), &cfg);
+        let v = judge(&plan, &run_with(vec![acc(0, 3)], 0), &cfg, &[]);
         assert_eq!(v.miss_ratio, 0.0);
         assert_eq!(v.waste, 0.0);
         assert!(v.relearn.is_none(), "{:?}", v.relearn);
-        let v = judge(&plan, &run_with(vec![], 5), &cfg);
+        let v = judge(&plan, &run_with(vec![], 5), &cfg, &[]);
         assert!(v.relearn.unwrap().contains("synchronous readaheads"));
-        assert_eq!(changed_files(&plan, None), 0);
+        assert_eq!(changed_files(&plan, &Own::default()), 0);
         std::fs::write(&p, b"changed").unwrap();
-        assert_eq!(changed_files(&plan, None), 1);
-        let v = judge(&plan, &run_with(vec![], 0), &cfg);
+        assert_eq!(changed_files(&plan, &Own::default()), 1);
+        let v = judge(&plan, &run_with(vec![], 0), &cfg, &[]);
         assert!(!v.widen);
         assert!(v.relearn.unwrap().contains("changed"));
         // Misses with a changed file: learning again, the old runs are stale.
-        let v = judge(&plan, &run_with(vec![acc(5, 1)], 0), &cfg);
+        let v = judge(&plan, &run_with(vec![acc(5, 1)], 0), &cfg, &[]);
         assert!(v.relearn.unwrap().contains("miss ratio") && !v.widen);
         std::fs::remove_file(&p).unwrap();
-        assert_eq!(changed_files(&plan, None), 1);
+        assert_eq!(changed_files(&plan, &Own::default()), 1);
     }
 
     #[test]
