@@ -81,7 +81,7 @@ pub struct Lifecycle {
     pub relearn_reason: Option<String>,
     /// Estimated time saved so far, ms (see `saved_estimate`).
     pub saved_ms: f64,
-    /// Planned files a checked launch was seen writing (`written_during`): the app's own
+    /// Planned files a checked launch was seen writing (`Changes::written`): the app's own
     /// data, such as a browser's profile, which it may rewrite at any launch, checked or
     /// not. Their changes never send it back to learning. At most `MAX_OWN_FILES`.
     #[serde(default)]
@@ -715,15 +715,14 @@ fn prefetch_launch(
     if let Some(Ok(t)) = checked {
         lc.since_check = 0;
         let run = RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices);
-        let verdict = judge(&plan, &run, cfg, &lc.own_files);
-        let written = written_during(&plan, Ran::of(&run));
-        for p in written.iter().filter(|p| !lc.own_files.contains(p)) {
+        let mut verdict = judge(&plan, &run, cfg, &lc.own_files);
+        for p in &verdict.written {
             tracing::info!(
                 "{}: {p} is the app's own writing; its changes do not count",
                 app.key
             );
         }
-        remember_own(&mut lc, written);
+        remember_own(&mut lc, std::mem::take(&mut verdict.written));
         lc.last_miss_ratio = Some(verdict.miss_ratio);
         lc.last_waste = Some(verdict.waste);
         lc.last_check = Some(match &verdict.relearn {
@@ -837,6 +836,8 @@ struct Verdict {
     /// The plan lacks what the launch read, and none of its files changed: the launch's
     /// run can be added to the plan's (`widen`) rather than learning again from scratch.
     widen: bool,
+    /// Planned files the launch was seen writing (`Changes::written`).
+    written: Vec<String>,
 }
 
 /// FAST's miss ratio (pages read from disk that the plan does not cover, over the plan's
@@ -882,7 +883,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
     } else {
         covered.iter().filter(|k| !used.contains(k)).count() as f64 / covered.len() as f64
     };
-    let changed = changed_files(
+    let Changes { changed, written } = file_changes(
         plan,
         &Own {
             ran: Ran::of(run),
@@ -910,6 +911,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
         waste,
         widen: relearn.is_some() && changed == 0,
         relearn,
+        written,
     }
 }
 
@@ -926,10 +928,33 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
 /// Nor, at any later check, does a file a checked launch was seen writing (`own.files`):
 /// chromium rewrites its profile at launches that are not checked too.
 fn changed_files(plan: &Plan, own: &Own) -> usize {
-    plan.files
-        .iter()
-        .filter(|f| app_changed(f, FileId::of(&f.path).as_ref(), own))
-        .count()
+    file_changes(plan, own).changed
+}
+
+/// What `changed_files` found, and the planned files that differ from the plan because the
+/// checked launch wrote them (`own.ran`): each planned file looked at once.
+struct Changes {
+    changed: usize,
+    written: Vec<String>,
+}
+
+fn file_changes(plan: &Plan, own: &Own) -> Changes {
+    let mut c = Changes {
+        changed: 0,
+        written: Vec::new(),
+    };
+    for f in &plan.files {
+        let now = FileId::of(&f.path);
+        if app_changed(f, now.as_ref(), own) {
+            c.changed += 1;
+        } else if !f.volatile
+            && !own.holds(f)
+            && now.is_some_and(|n| !f.unchanged(&n) && own.ran.is_some_and(|r| r.wrote(n.mtime_ns)))
+        {
+            c.written.push(path_key(f));
+        }
+    }
+    c
 }
 
 /// Whether planned file `f`, found now as `now` (None: gone, or no longer a regular file or
@@ -937,7 +962,7 @@ fn changed_files(plan: &Plan, own: &Own) -> usize {
 /// or differs, other than by the app's own writing (`own`).
 fn app_changed(f: &FileId, now: Option<&FileId>, own: &Own) -> bool {
     !f.volatile
-        && !own.files.contains(&path_key(f))
+        && !own.holds(f)
         && !now.is_some_and(|n| f.unchanged(n) || own.ran.is_some_and(|r| r.wrote(n.mtime_ns)))
 }
 
@@ -953,25 +978,17 @@ impl<'a> Own<'a> {
     fn files(files: &'a [String]) -> Own<'a> {
         Own { ran: None, files }
     }
+
+    fn holds(&self, f: &FileId) -> bool {
+        self.files
+            .iter()
+            .any(|o| std::ffi::OsStr::new(o) == f.path.as_os_str())
+    }
 }
 
 /// How a planned file is remembered in `Lifecycle::own_files`.
 fn path_key(f: &FileId) -> String {
     f.path.to_string_lossy().into_owned()
-}
-
-/// Planned files that differ from the plan now and were modified while the checked launch
-/// ran: the app wrote them.
-fn written_during(plan: &Plan, ran: Option<Ran>) -> Vec<String> {
-    let Some(ran) = ran else {
-        return Vec::new();
-    };
-    plan.files
-        .iter()
-        .filter(|f| !f.volatile)
-        .filter(|f| FileId::of(&f.path).is_some_and(|n| !f.unchanged(&n) && ran.wrote(n.mtime_ns)))
-        .map(path_key)
-        .collect()
 }
 
 /// Add `seen` to the app's own files, keeping the latest `MAX_OWN_FILES`.
@@ -1844,7 +1861,7 @@ mod tests {
         run.duration_ns = 4_000_000_000;
         std::fs::write(&state, b"v22").unwrap();
         let mut lc = Lifecycle::default();
-        remember_own(&mut lc, written_during(&plan, Ran::of(&run)));
+        remember_own(&mut lc, judge(&plan, &run, &Config::default(), &[]).written);
         assert_eq!(lc.own_files, [state.to_string_lossy()]);
         // Rewritten at a launch that was not checked (stamped well before the next check).
         std::fs::write(&state, b"v333").unwrap();
@@ -1865,10 +1882,9 @@ mod tests {
             files: &lc.own_files,
         };
         assert_eq!(changed_files(&plan, &own), 0);
-        assert!(judge(&plan, &later, &Config::default(), &lc.own_files)
-            .relearn
-            .is_none());
-        assert!(written_during(&plan, ran).is_empty());
+        let v = judge(&plan, &later, &Config::default(), &lc.own_files);
+        assert!(v.relearn.is_none());
+        assert!(v.written.is_empty());
         // Remembered once each, the latest MAX_OWN_FILES.
         remember_own(&mut lc, vec![state.to_string_lossy().into_owned()]);
         assert_eq!(lc.own_files.len(), 1);
