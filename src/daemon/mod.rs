@@ -944,26 +944,35 @@ fn file_changes(plan: &Plan, own: &Own) -> Changes {
         written: Vec::new(),
     };
     for f in &plan.files {
-        let now = FileId::of(&f.path);
-        if app_changed(f, now.as_ref(), own) {
-            c.changed += 1;
-        } else if !f.volatile
-            && !own.holds(f)
-            && now.is_some_and(|n| !f.unchanged(&n) && own.ran.is_some_and(|r| r.wrote(n.mtime_ns)))
-        {
-            c.written.push(path_key(f));
+        match state_of(f, FileId::of(&f.path).as_ref(), own) {
+            FileState::Same => {}
+            FileState::Written => c.written.push(path_key(f)),
+            FileState::Changed => c.changed += 1,
         }
     }
     c
 }
 
-/// Whether planned file `f`, found now as `now` (None: gone, or no longer a regular file or
-/// directory), says the app changed: it is not one the launch writes itself, and it is gone
-/// or differs, other than by the app's own writing (`own`).
-fn app_changed(f: &FileId, now: Option<&FileId>, own: &Own) -> bool {
-    !f.volatile
-        && !own.holds(f)
-        && !now.is_some_and(|n| f.unchanged(n) || own.ran.is_some_and(|r| r.wrote(n.mtime_ns)))
+/// What planned file `f`, found now as `now`, says of the app.
+#[derive(Debug, PartialEq)]
+enum FileState {
+    /// Unchanged, or one the app writes itself (`volatile`, `own.files`).
+    Same,
+    /// Changed by the checked launch itself (`own.ran`).
+    Written,
+    /// Gone or changed otherwise: the app changed.
+    Changed,
+}
+
+fn state_of(f: &FileId, now: Option<&FileId>, own: &Own) -> FileState {
+    if f.volatile || own.holds(f) {
+        return FileState::Same;
+    }
+    match now {
+        Some(n) if f.unchanged(n) => FileState::Same,
+        Some(n) if own.ran.is_some_and(|r| r.wrote(n.mtime_ns)) => FileState::Written,
+        _ => FileState::Changed,
+    }
 }
 
 /// What counts as the app's own writing: whatever it wrote during the checked launch
@@ -977,6 +986,11 @@ struct Own<'a> {
 impl<'a> Own<'a> {
     fn files(files: &'a [String]) -> Own<'a> {
         Own { ran: None, files }
+    }
+
+    #[cfg(test)]
+    fn during(ran: Option<Ran>) -> Own<'a> {
+        Own { ran, files: &[] }
     }
 
     fn holds(&self, f: &FileId) -> bool {
@@ -1307,7 +1321,7 @@ fn changed_since(in_use: &Plan, built: &Plan, own: &Own) -> usize {
         .iter()
         .filter(|f| {
             now.get(&(f.dev, f.ino))
-                .is_some_and(|n| app_changed(f, Some(n), own))
+                .is_some_and(|n| state_of(f, Some(n), own) == FileState::Changed)
         })
         .count()
 }
@@ -1796,87 +1810,79 @@ mod tests {
         assert_eq!(changed_since(&judged, &built, &Own::default()), 0);
     }
 
-    #[test]
-    fn a_file_the_checked_launch_wrote_is_the_apps_own() {
+    /// A planned file `name`, and a checked launch (started 2 s ago, 4 s long) that rewrote it.
+    fn launch_writing(name: &str) -> (tempfile::TempDir, PathBuf, Plan, RawRun) {
         let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("Variations");
-        std::fs::write(&state, b"seed 1").unwrap();
+        let state = dir.path().join(name);
+        std::fs::write(&state, b"v1").unwrap();
         let plan = plan_over(&state, dir.path());
-        // Written by the app during a launch that was not a learning one.
         let mut run = run_with(vec![], 0);
         run.started_unix_ms = crate::sys::now_unix() as u64 * 1000 - 2_000;
         run.duration_ns = 4_000_000_000;
-        std::fs::write(&state, b"seed 22").unwrap();
+        std::fs::write(&state, b"v22").unwrap();
+        (dir, state, plan, run)
+    }
+
+    /// Set `path`'s modification time.
+    fn stamp(path: &Path, t: std::time::SystemTime) {
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(t))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_file_the_checked_launch_wrote_is_the_apps_own() {
+        // Written by the app during a launch that was not a learning one.
+        let (dir, state, plan, mut run) = launch_writing("Variations");
         let ran = Ran::of(&run);
-        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 0);
+        assert_eq!(changed_files(&plan, &Own::during(ran)), 0);
         assert!(judge(&plan, &run, &Config::default(), &[])
             .relearn
             .is_none());
         let mut built = plan.clone();
         built.files[0] = crate::resolve::FileId::of(&state).unwrap();
-        assert_eq!(changed_since(&plan, &built, &Own { ran, files: &[] }), 0);
+        assert_eq!(changed_since(&plan, &built, &Own::during(ran)), 0);
         // Edited just before the launch began (by more than a tick of the clock files are
         // stamped with): a change, which a widening must not adopt.
         let before = std::time::UNIX_EPOCH + std::time::Duration::from_millis(run.started_unix_ms)
             - std::time::Duration::from_nanos(sys::file_time_slack_ns() as u64 + 2_000_000);
-        std::fs::File::options()
-            .write(true)
-            .open(&state)
-            .and_then(|f| f.set_modified(before))
-            .unwrap();
+        stamp(&state, before);
         let built = plan_over(&state, dir.path());
-        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 1);
-        assert_eq!(changed_since(&plan, &built, &Own { ran, files: &[] }), 1);
+        assert_eq!(changed_files(&plan, &Own::during(ran)), 1);
+        assert_eq!(changed_since(&plan, &built, &Own::during(ran)), 1);
         // Written after the launch ended (an edit, an update): a change.
         run.started_unix_ms -= 60_000;
         let ran = Ran::of(&run);
-        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 1);
-        assert_eq!(changed_since(&plan, &built, &Own { ran, files: &[] }), 1);
+        assert_eq!(changed_files(&plan, &Own::during(ran)), 1);
+        assert_eq!(changed_since(&plan, &built, &Own::during(ran)), 1);
         assert!(judge(&plan, &run, &Config::default(), &[])
             .relearn
             .is_some_and(|r| r.contains("changed")));
         // A run without a start time: every change counts.
         run.started_unix_ms = 0;
-        assert_eq!(
-            changed_files(
-                &plan,
-                &Own {
-                    ran: Ran::of(&run),
-                    files: &[]
-                }
-            ),
-            1
-        );
+        assert_eq!(changed_files(&plan, &Own::during(Ran::of(&run))), 1);
     }
 
     #[test]
     fn a_file_a_checked_launch_wrote_stays_the_apps_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = dir.path().join("Local State");
-        std::fs::write(&state, b"v1").unwrap();
-        let plan = plan_over(&state, dir.path());
         // A checked launch writes it: the app's own from then on.
-        let mut run = run_with(vec![], 0);
-        run.started_unix_ms = crate::sys::now_unix() as u64 * 1000 - 2_000;
-        run.duration_ns = 4_000_000_000;
-        std::fs::write(&state, b"v22").unwrap();
+        let (_dir, state, plan, run) = launch_writing("Local State");
         let mut lc = Lifecycle::default();
         remember_own(&mut lc, judge(&plan, &run, &Config::default(), &[]).written);
         assert_eq!(lc.own_files, [state.to_string_lossy()]);
         // Rewritten at a launch that was not checked (stamped well before the next check).
         std::fs::write(&state, b"v333").unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&state)
-            .and_then(|f| {
-                f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(30))
-            })
-            .unwrap();
+        stamp(
+            &state,
+            std::time::SystemTime::now() - std::time::Duration::from_secs(30),
+        );
         let mut later = run_with(vec![], 0);
         later.started_unix_ms = crate::sys::now_unix() as u64 * 1000;
         later.duration_ns = 1_000_000;
         let ran = Ran::of(&later);
-        assert_eq!(changed_files(&plan, &Own { ran, files: &[] }), 1);
+        assert_eq!(changed_files(&plan, &Own::during(ran)), 1);
         let own = Own {
             ran,
             files: &lc.own_files,
