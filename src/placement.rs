@@ -159,22 +159,56 @@ pub struct Journal {
     done: bool,
 }
 
+/// The name of the note `note_for` writes for a prefetcher it started.
+fn started_note(dir: &Path, prefetcher: i32) -> PathBuf {
+    dir.join(format!("{prefetcher}-started"))
+}
+
+fn write_note(path: &Path, prefetcher: i32, launch: Launch, p: &Placement) -> Option<()> {
+    let noted = Noted {
+        prefetcher_start: crate::sys::start_time(prefetcher)?,
+        launch,
+        placement: p.clone(),
+    };
+    std::fs::write(path, serde_json::to_vec(&noted).ok()?).ok()
+}
+
+/// Note, for the prefetcher `prefetcher` this process has just started, the launch it will
+/// serve, before the launch is pinned: `run`'s front pins itself, then execs the app, while
+/// the prefetcher may not have run yet; killed before its own note, it would leave the app
+/// pinned with nothing for a later prefetcher to find. The prefetcher takes the note over
+/// (`Journal::note`). None if the run directory cannot be written (not root).
+pub fn note_for(run_dir: &Path, prefetcher: i32, launch: Launch, p: &Placement) -> Option<()> {
+    let dir = run_dir.join(JOURNALS);
+    std::fs::create_dir_all(&dir).ok()?;
+    write_note(&started_note(&dir, prefetcher), prefetcher, launch, p)
+}
+
 impl Journal {
-    /// Note the pinned launch; None if the run directory cannot be written (not root).
+    /// Note the pinned launch; None if the run directory cannot be written (not root). A
+    /// note of this launch that the process which started this one wrote (`note_for`) is
+    /// taken over.
     pub fn note(run_dir: &Path, launch: Launch, p: &Placement) -> Option<Journal> {
         let me = std::process::id() as i32;
         let dir = run_dir.join(JOURNALS);
-        std::fs::create_dir_all(&dir).ok()?;
-        // One note per launch: the daemon serves several at once.
-        static NOTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NOTES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = dir.join(format!("{me}-{n}"));
-        let noted = Noted {
-            prefetcher_start: crate::sys::start_time(me)?,
-            launch,
-            placement: p.clone(),
+        let started = started_note(&dir, me);
+        let adopted = std::fs::read(&started)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Noted>(&b).ok())
+            .is_some_and(|n| n.launch == launch && n.placement == *p);
+        let path = if adopted {
+            started
+        } else {
+            std::fs::create_dir_all(&dir).ok()?;
+            // One note per launch: the daemon serves several at once.
+            static NOTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NOTES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = dir.join(format!("{me}-{n}"));
+            write_note(&path, me, launch, p)?;
+            // One not of this launch (it cannot be, but is never left behind).
+            let _ = std::fs::remove_file(&started);
+            path
         };
-        std::fs::write(&path, serde_json::to_vec(&noted).ok()?).ok()?;
         Some(Journal {
             path,
             launch,
@@ -206,7 +240,8 @@ pub fn recover(run_dir: &Path) -> usize {
     };
     let mut n = 0;
     for e in rd.filter_map(Result::ok) {
-        // `<prefetcher pid>-<n>` (or `<pid>`, as older versions wrote it).
+        // `<prefetcher pid>-<n>`, `<prefetcher pid>-started` (`note_for`), or `<pid>`, as
+        // older versions wrote it.
         let name = e.file_name().to_string_lossy().into_owned();
         let Ok(pid) = name.split('-').next().unwrap_or_default().parse::<i32>() else {
             continue;
@@ -503,5 +538,59 @@ mod tests {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    #[test]
+    fn a_prefetcher_killed_before_its_own_note_is_covered_by_its_starters() {
+        let before = affinity(0).expect("affinity");
+        if before.len() < 2 {
+            crate::testutil::skip("needs two CPUs");
+            return;
+        }
+        let p = split(&before, before[before.len() - 1]).expect("placement");
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .unwrap()
+        };
+        let run = tempfile::tempdir().unwrap();
+        let dir = run.path().join(JOURNALS);
+        let notes = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        let mut app = sleep();
+        let app_pid = app.id() as i32;
+        let launch = Launch::of(app_pid).unwrap();
+        // `run`'s intermediate child notes the launch for the prefetcher it started; the
+        // front then pins itself; the prefetcher is killed before it ran at all.
+        let mut prefetcher = sleep();
+        note_for(run.path(), prefetcher.id() as i32, launch, &p).unwrap();
+        assert!(set_affinity(app_pid, &p.app));
+        assert_eq!(recover(run.path()), 0, "its prefetcher still runs");
+        prefetcher.kill().unwrap();
+        prefetcher.wait().unwrap();
+        assert_eq!(recover(run.path()), 1);
+        assert_eq!(affinity(app_pid), Some(before.clone()));
+        assert_eq!(notes(), 0);
+        // A prefetcher that does run takes its note over: one note, gone when it is done.
+        let me = std::process::id() as i32;
+        note_for(run.path(), me, launch, &p).unwrap();
+        let j = Journal::note(run.path(), launch, &p).unwrap();
+        assert_eq!(j.path, started_note(&dir, me));
+        assert_eq!(notes(), 1);
+        j.done();
+        assert_eq!(notes(), 0);
+        // A note of another launch is not taken over, and not left behind.
+        let other = Launch {
+            start: launch.start + 1,
+            ..launch
+        };
+        note_for(run.path(), me, other, &p).unwrap();
+        let j = Journal::note(run.path(), launch, &p).unwrap();
+        assert_ne!(j.path, started_note(&dir, me));
+        assert_eq!(notes(), 1);
+        j.done();
+        assert_eq!(notes(), 0);
+        let _ = app.kill();
+        let _ = app.wait();
     }
 }

@@ -492,8 +492,28 @@ fn detach_prefetcher(
             // open: a table inherited at 128 or more slots changes how the prefetcher's
             // first few hundred opens are paced (docs/measurements.md, 2026-11-24).
             sys::close_inherited_fds();
+            // The prefetcher waits for this process to note the launch for it (see below):
+            // the pipe reads EOF once this process has exited.
+            let noting = opts
+                .placement
+                .as_ref()
+                .and_then(|p| Some((p, placement::Launch::of(app_pid)?)))
+                .and_then(|n| Some((n, nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?)));
             // SAFETY: as above; this process is single-threaded.
-            if let Ok(ForkResult::Child) = unsafe { fork() } {
+            let forked = unsafe { fork() };
+            if let Ok(ForkResult::Parent { child }) = forked {
+                // Noted before the front pins itself (it waits for this process), so a
+                // prefetcher killed at any moment leaves its app to the next one to repair.
+                if let Some(((p, launch), _gate)) = &noting {
+                    let run_dir = std::path::Path::new(crate::trace::knobs::RUN_DIR);
+                    let _ = placement::note_for(run_dir, child.as_raw(), *launch, p);
+                }
+            }
+            if let Ok(ForkResult::Child) = forked {
+                if let Some((_, (r, w))) = noting {
+                    drop(w);
+                    let _ = nix::unistd::read(&r, &mut [0u8; 1]);
+                }
                 let release = pipe.map(|(_r, w)| w);
                 let opts = PrefetchOptions {
                     // Where the application (our grandparent until its exec) runs.
