@@ -15,7 +15,7 @@ use crate::sequence::RawRun;
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
 const RUN_VERSION: u16 = 3;
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// The history's names for how a launch ran (`LaunchRecord::mode`). Only `RUN` launches are
 /// compared by `auto` and Paralfetch's dynamic scheduling: the others are slowed by tracing.
@@ -158,6 +158,15 @@ pub struct LaunchRecord {
     /// `auto` chose the strategy (or the plain launch), not the user or the app's default.
     #[serde(default)]
     pub auto: bool,
+}
+
+/// `auto`'s choice for an app's next launch, as kept (`Store::auto_choice`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoredChoice {
+    /// The strategy's name; None for a plain launch.
+    pub strategy: Option<String>,
+    /// Why, as `auto` said it.
+    pub why: String,
 }
 
 /// Per-app settings kept between launches.
@@ -507,6 +516,17 @@ impl Store {
             tx.execute_batch(
                 "CREATE INDEX IF NOT EXISTS launches_recent ON launches(app_id, id, data);
                  DROP INDEX IF EXISTS launches_app;",
+            )
+            .map_err(sql)?;
+        }
+        if v < 5 {
+            // `auto`'s choice for an app's next launch, made once its last launch is
+            // recorded, so that a launch's front reads one row instead of the history (see
+            // `auto_choice`). Any change to what the choice depends on deletes it.
+            tx.execute_batch(
+                "CREATE TABLE IF NOT EXISTS auto_choices(
+                        app_id INTEGER PRIMARY KEY REFERENCES apps(id) ON DELETE CASCADE,
+                        data TEXT NOT NULL);",
             )
             .map_err(sql)?;
         }
@@ -1048,12 +1068,20 @@ impl Store {
         settings: &AppSettings,
     ) -> Result<(), StoreError> {
         let j = serde_json::to_string(settings).unwrap_or_else(|_| "{}".into());
-        self.conn
-            .execute(
-                "UPDATE apps SET settings = ?1 WHERE id = ?2",
-                params![j, app_id],
-            )
-            .map_err(|e| self.sql(e))?;
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute(
+            "UPDATE apps SET settings = ?1 WHERE id = ?2",
+            params![j, app_id],
+        )
+        // The settings hold auto's emulated ranking: a choice made before is stale.
+        .and_then(|_| tx.execute("DELETE FROM auto_choices WHERE app_id = ?1", [app_id]))
+        .and_then(|_| tx.commit())
+        .map_err(sql)?;
         Ok(())
     }
 
@@ -1092,13 +1120,21 @@ impl Store {
         facts: &crate::device::DeviceFacts,
     ) -> Result<(), StoreError> {
         let j = serde_json::to_string(facts).unwrap_or_else(|_| "{}".into());
-        self.conn
-            .execute(
-                "INSERT INTO devices(dev, facts, measured_at) VALUES(?1, ?2, ?3)
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sql {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(sql)?;
+        tx.execute(
+            "INSERT INTO devices(dev, facts, measured_at) VALUES(?1, ?2, ?3)
                  ON CONFLICT(dev) DO UPDATE SET facts = excluded.facts, measured_at = excluded.measured_at",
-                params![dev, j, crate::sys::now_unix()],
-            )
-            .map_err(|e| self.sql(e))?;
+            params![dev, j, crate::sys::now_unix()],
+        )
+        // The device class orders auto's contenders: every choice made before is stale.
+        .and_then(|_| tx.execute("DELETE FROM auto_choices", []))
+        .and_then(|_| tx.commit())
+        .map_err(sql)?;
         Ok(())
     }
 
@@ -1138,8 +1174,55 @@ impl Store {
                 params![app_id, keep as i64],
             )
         })
+        // A choice made from the history before this launch is stale.
+        .and_then(|_| tx.execute("DELETE FROM auto_choices WHERE app_id = ?1", [app_id]))
         .and_then(|_| tx.commit())
         .map_err(sql)
+    }
+
+    /// `auto`'s choice for the app's next launch, if one was made (`put_auto_choice`) since
+    /// its history, settings or the device facts last changed (each deletes it).
+    pub fn auto_choice(&self, app_id: i64) -> Result<Option<StoredChoice>, StoreError> {
+        let s: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT data FROM auto_choices WHERE app_id = ?1",
+                [app_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        // An unreadable one is as good as none: the history is still there.
+        Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+    }
+
+    /// Make and keep `auto`'s choice for the app's next launch: `choose` reads what it needs
+    /// from this store inside one write transaction, so no launch recorded meanwhile can
+    /// leave a choice that does not count it.
+    pub fn put_auto_choice(
+        &mut self,
+        app_id: i64,
+        choose: impl FnOnce(&Store) -> Result<StoredChoice, StoreError>,
+    ) -> Result<StoredChoice, StoreError> {
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| self.sql(e))?;
+        let done = choose(self).and_then(|c| {
+            let j = serde_json::to_string(&c).unwrap_or_else(|_| "{}".into());
+            self.conn
+                .execute(
+                    "INSERT INTO auto_choices(app_id, data) VALUES(?1, ?2)
+                     ON CONFLICT(app_id) DO UPDATE SET data = excluded.data",
+                    params![app_id, j],
+                )
+                .and_then(|_| self.conn.execute_batch("COMMIT"))
+                .map_err(|e| self.sql(e))?;
+            Ok(c)
+        });
+        if done.is_err() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        done
     }
 
     /// Most recent launches first.
@@ -1529,6 +1612,61 @@ mod migration_tests {
             .unwrap();
         assert_eq!(indexes, ["launches_recent"]);
         assert_eq!(s.launches(id, 200).unwrap().len(), 1);
+        // And version 5's kept choices.
+        assert_eq!(s.auto_choice(id).unwrap(), None);
+    }
+
+    #[test]
+    fn a_kept_auto_choice_goes_with_what_it_was_made_from() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&dir.path().join("ws.db")).unwrap();
+        let a = s
+            .upsert_app(&AppKey::named("a", Path::new("/usr/bin/x")))
+            .unwrap();
+        let b = s
+            .upsert_app(&AppKey::named("b", Path::new("/usr/bin/y")))
+            .unwrap();
+        let choice = |n: &str| StoredChoice {
+            strategy: Some(n.into()),
+            why: format!("{n} is best"),
+        };
+        let keep = |s: &mut Store, app: i64, n: &str| {
+            s.put_auto_choice(app, |_| Ok(choice(n))).unwrap();
+        };
+        keep(&mut s, a, "fast");
+        keep(&mut s, b, "trace");
+        assert_eq!(s.auto_choice(a).unwrap(), Some(choice("fast")));
+        // A launch recorded: the app's choice is gone, the other app's stays.
+        s.add_launch(a, &LaunchRecord::default()).unwrap();
+        assert_eq!(s.auto_choice(a).unwrap(), None);
+        assert_eq!(s.auto_choice(b).unwrap(), Some(choice("trace")));
+        // Made inside the write transaction: what `choose` reads is what it sees.
+        let made = s
+            .put_auto_choice(a, |st| {
+                Ok(choice(&format!("n{}", st.launches(a, 200)?.len())))
+            })
+            .unwrap();
+        assert_eq!(made, choice("n1"));
+        assert_eq!(s.auto_choice(a).unwrap(), Some(choice("n1")));
+        // New settings (auto's emulated ranking among them).
+        s.set_app_settings(a, &AppSettings::default()).unwrap();
+        assert_eq!(s.auto_choice(a).unwrap(), None);
+        assert_eq!(s.auto_choice(b).unwrap(), Some(choice("trace")));
+        // New device facts: every app's.
+        keep(&mut s, a, "fast");
+        s.put_device_facts("254:0", &crate::device::DeviceFacts::unmeasured())
+            .unwrap();
+        assert_eq!(s.auto_choice(a).unwrap(), None);
+        assert_eq!(s.auto_choice(b).unwrap(), None);
+        // A failed choice keeps nothing and leaves the store usable.
+        let e = s.put_auto_choice(a, |_| Err(StoreError::NoSuchApp("x".into())));
+        assert!(e.is_err());
+        assert_eq!(s.auto_choice(a).unwrap(), None);
+        keep(&mut s, a, "fast");
+        assert_eq!(s.auto_choice(a).unwrap(), Some(choice("fast")));
+        // A removed app's goes with it.
+        s.remove_app(a).unwrap();
+        assert_eq!(s.auto_choice(a).unwrap(), None);
     }
 
     #[test]

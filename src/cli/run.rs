@@ -74,7 +74,9 @@ enum Decision {
     Plain(AppRow),
 }
 
-fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option<Decision>> {
+/// Open the database for a launch's plan lookup; None when there is none, or it is not the
+/// caller's to read.
+fn open_for_plan(db: &Path) -> anyhow::Result<Option<Store>> {
     if !db.exists() {
         return Ok(None);
     }
@@ -92,7 +94,16 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
         );
         return Ok(None);
     }
-    let store = Store::open_for_launch(db)?;
+    Ok(Some(Store::open_for_launch(db)?))
+}
+
+/// Look up how to launch the app `key`: its plan and strategy, or a plain launch.
+fn load_plan(
+    store: Store,
+    db: &Path,
+    key: &str,
+    asked: Option<&str>,
+) -> anyhow::Result<Option<Decision>> {
     let Some(app) = store.app_by_key(key)? else {
         return Ok(None);
     };
@@ -115,16 +126,13 @@ fn load_plan(db: &Path, key: &str, asked: Option<&str>) -> anyhow::Result<Option
                 "the app's default".to_string()
             },
         ),
-        None => {
-            let queueing = device_queueing(&store, db);
-            match auto::choose_stored(&store, app.id, queueing)? {
-                (Some(s), why) => (s, why),
-                (None, why) => {
-                    tracing::debug!("{key}: {why}");
-                    return Ok(Some(Decision::Plain(app)));
-                }
+        None => match auto::choose_for_launch(&store, app.id, || device_queueing(&store, db))? {
+            (Some(s), why) => (s, why),
+            (None, why) => {
+                tracing::debug!("{key}: {why}");
+                return Ok(Some(Decision::Plain(app)));
             }
-        }
+        },
     };
     let plan = match store.plan_for(&app, strategy.name())? {
         Some(p) => p,
@@ -166,8 +174,6 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     if let Some(s) = &a.strategy {
         parse_strategy(s)?;
     }
-    let exe = resolve_command(&a.command[0])?;
-    let key = key_of(&a.app, &exe, &a.command);
     // ext4's inode readahead is held off for the prefetch, and from the launch's start: taken
     // beside the plan lookup, since its lock files and journal under /run may be on a cold
     // disk too (4-5 ms of serial lookups here). Joined before any fork.
@@ -187,7 +193,40 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 .ok()
         })
         .flatten();
-    let (chosen, plain) = match load_plan(db, &key.key, a.strategy.as_deref()) {
+    // The database opens while the command is looked up on PATH: two chains of serial cold
+    // reads (a few ms each) that need not wait for each other. Spawned after the signals
+    // are blocked, like the knob thread.
+    let opener = has_db
+        .then(|| {
+            let db = db.to_path_buf();
+            std::thread::Builder::new()
+                .name("warmstart-db".into())
+                .spawn(move || open_for_plan(&db))
+                .ok()
+        })
+        .flatten();
+    let exe = resolve_command(&a.command[0]);
+    let store = opener.map(|t| {
+        t.join()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database opener panicked")))
+    });
+    let exe = match exe {
+        Ok(exe) => exe,
+        Err(e) => {
+            drop(store);
+            // Put inode readahead back before the error ends the launch.
+            drop(early_hold.map(|t| t.join()));
+            Deferred::end(deferred, None);
+            return Err(e.into());
+        }
+    };
+    let key = key_of(&a.app, &exe, &a.command);
+    let looked_up = match store {
+        Some(Ok(Some(store))) => load_plan(store, db, &key.key, a.strategy.as_deref()),
+        Some(Err(e)) => Err(e),
+        Some(Ok(None)) | None => Ok(None),
+    };
+    let (chosen, plain) = match looked_up {
         Ok(Some(Decision::Prefetch(c))) => (Some(*c), None),
         Ok(Some(Decision::Plain(app))) => (None, Some(app)),
         Ok(None) => (None, None),
@@ -359,6 +398,7 @@ fn detach_watcher(
                             if let Err(e) = s.add_launch(app.id, &rec) {
                                 tracing::debug!("could not record the launch: {e}");
                             }
+                            remember_choice(&mut s, &db, app.id);
                         }
                         Err(e) => tracing::debug!("could not record the launch: {e}"),
                     }
@@ -660,6 +700,15 @@ fn stop_signals() -> Arc<AtomicUsize> {
     stop
 }
 
+/// Make `auto`'s choice for the app's next launch now, while nothing waits for it, so that
+/// the next launch's front reads it instead of the history.
+fn remember_choice(store: &mut Store, db: &Path, app_id: i64) {
+    let queueing = device_queueing(store, db);
+    if let Err(e) = auto::remember(store, app_id, queueing) {
+        tracing::debug!("could not keep auto's next choice: {e}");
+    }
+}
+
 /// Record the launch; for `paralfetch`, dynamic scheduling: too many waits raise the app's
 /// thresholds and re-plan from the stored runs for the next launch.
 fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec: &LaunchRecord) {
@@ -679,6 +728,7 @@ fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec
         || strategy != Strategy::Paralfetch
         || (waits as f64) <= WAIT_SHARE * entries as f64
     {
+        remember_choice(&mut store, db, app.id);
         return;
     }
     let queueing = device_queueing(&store, db);
@@ -696,6 +746,7 @@ fn after_launch(db: &Path, app: &AppRow, strategy: Strategy, entries: usize, rec
             tracing::warn!("dynamic scheduling could not re-plan {}: {e}", app.key);
         }
     }
+    remember_choice(&mut store, db, app.id);
 }
 
 /// Run the command as a child, unprefetched, and wait for it.

@@ -5,7 +5,7 @@
 use super::Strategy;
 use crate::bench::stats::Spread;
 use crate::emulate::Ranking;
-use crate::store::{LaunchRecord, Store, StoreError};
+use crate::store::{LaunchRecord, Store, StoreError, StoredChoice};
 
 /// Samples of each strategy needed before it is compared.
 pub const MIN_SAMPLES: usize = 2;
@@ -117,6 +117,39 @@ pub fn choose_stored(
     let history = store.launches(app_id, 200)?;
     let emulated = store.app_settings(app_id)?.emulated;
     Ok(choose(&history, queueing, emulated.as_ref()))
+}
+
+/// The choice for the app's next launch: the one made when its last launch was recorded
+/// (`remember`), else from its history. A launch's front reads one row instead of the 200 of
+/// its history: 2.5 ms less of a cold launch's start on pdflatex (docs/measurements.md,
+/// 2026-11-27, fourth entry).
+pub fn choose_for_launch(
+    store: &Store,
+    app_id: i64,
+    queueing: impl FnOnce() -> bool,
+) -> Result<(Choice, String), StoreError> {
+    if let Some(c) = store.auto_choice(app_id)? {
+        match c.strategy.as_deref().map(Strategy::parse) {
+            None => return Ok((None, c.why)),
+            Some(Some(s)) => return Ok((Some(s), c.why)),
+            // A strategy this version does not know: choose afresh.
+            Some(None) => {}
+        }
+    }
+    choose_stored(store, app_id, queueing())
+}
+
+/// Make and keep the choice for the app's next launch, once a launch is recorded.
+pub fn remember(store: &mut Store, app_id: i64, queueing: bool) -> Result<(), StoreError> {
+    store
+        .put_auto_choice(app_id, |s| {
+            let (c, why) = choose_stored(s, app_id, queueing)?;
+            Ok(StoredChoice {
+                strategy: c.map(|s| s.name().to_string()),
+                why,
+            })
+        })
+        .map(|_| ())
 }
 
 /// Choose how to launch an app from its launch history (most recent first) and say why.
@@ -667,5 +700,56 @@ mod tests {
         }
         let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Paralfetch), "{why}");
+    }
+
+    #[test]
+    fn a_launch_uses_the_choice_kept_after_the_last_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = Store::open(&dir.path().join("ws.db")).unwrap();
+        let app = st
+            .upsert_app(&crate::app::AppKey::named(
+                "a",
+                std::path::Path::new("/usr/bin/x"),
+            ))
+            .unwrap();
+        for ms in [100.0, 110.0, 105.0, 120.0, 98.0] {
+            st.add_launch(app, &rec(Strategy::Trace, ms)).unwrap();
+            st.add_launch(app, &rec(Strategy::Fast, ms + 50.0)).unwrap();
+        }
+        let fresh = choose_stored(&st, app, true).unwrap();
+        // Nothing kept yet: chosen from the history, with the device class asked for.
+        let mut asked = false;
+        let got = choose_for_launch(&st, app, || {
+            asked = true;
+            true
+        })
+        .unwrap();
+        assert!(asked);
+        assert_eq!(got, fresh);
+        // Kept: the same choice, without the history or the device class.
+        remember(&mut st, app, true).unwrap();
+        let got = choose_for_launch(&st, app, || panic!("the device class was looked up"));
+        assert_eq!(got.unwrap(), fresh);
+        // A strategy this version does not know: chosen afresh.
+        st.put_auto_choice(app, |_| {
+            Ok(StoredChoice {
+                strategy: Some("telepathy".into()),
+                why: String::new(),
+            })
+        })
+        .unwrap();
+        assert_eq!(choose_for_launch(&st, app, || true).unwrap(), fresh);
+        // A plain launch kept is a plain launch.
+        st.put_auto_choice(app, |_| {
+            Ok(StoredChoice {
+                strategy: None,
+                why: "plain".into(),
+            })
+        })
+        .unwrap();
+        assert_eq!(
+            choose_for_launch(&st, app, || true).unwrap(),
+            (None, "plain".to_string())
+        );
     }
 }
