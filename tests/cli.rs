@@ -2488,7 +2488,7 @@ impl Daemon {
                 let story: Vec<&str> = log
                     .lines()
                     .filter(|l| {
-                        ["learning", "built", "widened", "changed"]
+                        ["learning", "built", "widened", "changed", "own writing"]
                             .iter()
                             .any(|w| l.contains(w))
                     })
@@ -2593,15 +2593,17 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(ranking.strategies.len(), 5, "{ranking:?}");
-    // An edited file of the app: the next check sends it back to learning. Stamped a second
-    // back, as an update's files often are (their build's time): an edit within a clock
-    // tick of the next launch's exec is, by its time, the launch's own writing.
+    // An edited file of the app: the next check sends it back to learning. Stamped an hour
+    // back, as an update's files often are (their build's time), so that its time falls in
+    // no launch's run: a file whose time does is, by design, that launch's own writing.
+    // (Stamped one second back, it fell in a launch the daemon checked after the edit, under
+    // CI's load: taken as the app's own, it was never seen to change.)
     let edited = app.join("share/part0004.bin");
     std::fs::write(&edited, b"a new version of this file").unwrap();
     std::fs::File::options()
         .write(true)
         .open(&edited)
-        .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(1)))
+        .and_then(|f| f.set_modified(std::time::SystemTime::now() - Duration::from_secs(3600)))
         .unwrap();
     d.wait_phase(&sb, "relearning", || {
         launch();

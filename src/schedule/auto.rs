@@ -121,8 +121,8 @@ pub fn choose_stored(
 
 /// The choice for the app's next launch: the one made when its last launch was recorded
 /// (`remember`), else from its history. A launch's front reads one row instead of the 200 of
-/// its history: 2.5 ms less of a cold launch's start on pdflatex (docs/measurements.md,
-/// 2026-11-27, fourth entry).
+/// its history: ~1.5 ms less of a cold launch's start on pdflatex (paired median of 14
+/// rounds; docs/measurements.md, 2026-11-27, fourth entry).
 pub fn choose_for_launch(
     store: &Store,
     app_id: i64,
