@@ -271,6 +271,14 @@ fn check_room(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// An SQLite error of the database at `path`, for `map_err`.
+fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
+    move |source| StoreError::Sql {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 impl Store {
     /// Open (creating if needed) the database at `path`, waiting up to 10 s for a lock.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -282,10 +290,7 @@ impl Store {
     /// older schema is opened for writing instead (it needs migrating first).
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         use rusqlite::OpenFlags;
-        let sql = |source| StoreError::Sql {
-            path: path.to_path_buf(),
-            source,
-        };
+        let sql = sql_error(path);
         check_room(path)?;
         let conn = Connection::open_with_flags(
             path,
@@ -339,10 +344,7 @@ impl Store {
                 let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
             }
         }
-        let sql = |source| StoreError::Sql {
-            path: path.to_path_buf(),
-            source,
-        };
+        let sql = sql_error(path);
         check_room(path)?;
         let conn = Connection::open(path).map_err(sql)?;
         crate::sys::note_locked_database(path);
@@ -425,11 +427,7 @@ impl Store {
         }
         // Another process may be migrating the same file: take the write lock, then look
         // again at the version before changing anything.
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -631,11 +629,7 @@ impl Store {
         runs: &[RawRun],
         plans: &mut [Plan],
     ) -> Result<Vec<i64>, StoreError> {
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
         tx.execute("DELETE FROM runs WHERE app_id = ?1", [app_id])
             .map_err(sql)?;
@@ -716,11 +710,7 @@ impl Store {
             .into_iter()
             .map(|(id, _, _)| id)
             .collect();
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
         tx.execute("DELETE FROM plans WHERE app_id = ?1", [app_id])
             .map_err(sql)?;
@@ -772,11 +762,7 @@ impl Store {
 
     /// Insert or replace one plan (re-planning without re-learning).
     pub fn put_plan(&mut self, app_id: i64, plan: &Plan) -> Result<(), StoreError> {
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
         Self::put_plan_tx(&tx, app_id, plan)?.map_err(sql)?;
         tx.commit().map_err(sql)
@@ -1068,11 +1054,7 @@ impl Store {
         settings: &AppSettings,
     ) -> Result<(), StoreError> {
         let j = serde_json::to_string(settings).unwrap_or_else(|_| "{}".into());
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
         tx.execute(
             "UPDATE apps SET settings = ?1 WHERE id = ?2",
@@ -1120,11 +1102,7 @@ impl Store {
         facts: &crate::device::DeviceFacts,
     ) -> Result<(), StoreError> {
         let j = serde_json::to_string(facts).unwrap_or_else(|_| "{}".into());
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
         tx.execute(
             "INSERT INTO devices(dev, facts, measured_at) VALUES(?1, ?2, ?3)
@@ -1157,11 +1135,7 @@ impl Store {
         keep: usize,
     ) -> Result<(), StoreError> {
         let data = serde_json::to_string(l).unwrap_or_else(|_| "{}".into());
-        let path = self.path.clone();
-        let sql = |source| StoreError::Sql {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
         tx.execute(
             "INSERT INTO launches(app_id, at, mode, data) VALUES(?1, ?2, ?3, ?4)",
