@@ -100,6 +100,14 @@ impl Launch {
 /// started while this runs inherit whatever their creator had; a second pass catches them.
 /// Returns how many threads were changed.
 pub fn restore(launch: Launch, p: &Placement) -> usize {
+    restore_except(launch, p, &[])
+}
+
+/// `restore`, leaving alone what belongs to the launches `live` (served now by a running
+/// prefetcher): a process of one of their sessions started since one of them began. A note
+/// left by a killed prefetcher must not give back the CPUs of a later launch of the same
+/// session (the same shell, or parallel tests) while that one is pinned.
+fn restore_except(launch: Launch, p: &Placement, live: &[Launch]) -> usize {
     let mut changed = 0;
     for _ in 0..2 {
         let Ok(rd) = std::fs::read_dir("/proc") else {
@@ -122,8 +130,13 @@ pub fn restore(launch: Launch, p: &Placement) -> usize {
                     continue;
                 }
                 let ours = *since_launch.get_or_insert_with(|| {
-                    crate::sys::start_time(pid).is_some_and(|t| t >= launch.start)
-                        && crate::sys::session_of(pid) == Some(launch.session)
+                    let start = crate::sys::start_time(pid);
+                    let session = crate::sys::session_of(pid);
+                    start.is_some_and(|t| t >= launch.start)
+                        && session == Some(launch.session)
+                        && !live.iter().any(|l| {
+                            session == Some(l.session) && start.is_some_and(|t| t >= l.start)
+                        })
                 });
                 if !ours {
                     break;
@@ -238,7 +251,8 @@ pub fn recover(run_dir: &Path) -> usize {
     let Ok(rd) = std::fs::read_dir(run_dir.join(JOURNALS)) else {
         return 0;
     };
-    let mut n = 0;
+    let mut live = Vec::new();
+    let mut dead = Vec::new();
     for e in rd.filter_map(Result::ok) {
         // `<prefetcher pid>-<n>`, `<prefetcher pid>-started` (`note_for`), or `<pid>`, as
         // older versions wrote it.
@@ -255,13 +269,32 @@ pub fn recover(run_dir: &Path) -> usize {
             continue;
         };
         if crate::sys::running_since(pid, noted.prefetcher_start) {
-            continue;
+            live.push(noted.launch);
+        } else {
+            dead.push((e.path(), noted));
         }
-        restore(noted.launch, &noted.placement);
-        let _ = std::fs::remove_file(e.path());
-        n += 1;
     }
-    n
+    for (path, noted) in &dead {
+        restore_except(noted.launch, &noted.placement, &live);
+        let _ = std::fs::remove_file(path);
+    }
+    dead.len()
+}
+
+/// A prefetcher that will not serve the launch noted for it (`note_for`: its application
+/// was gone before it started, or it could not start) settles the note now: the launch's
+/// leftovers get their CPUs back and the note goes, instead of waiting for a later
+/// prefetcher to find it.
+pub fn settle_started(run_dir: &Path) {
+    let me = std::process::id() as i32;
+    let path = started_note(&run_dir.join(JOURNALS), me);
+    let Ok(b) = std::fs::read(&path) else {
+        return;
+    };
+    if let Ok(noted) = serde_json::from_slice::<Noted>(&b) {
+        restore(noted.launch, &noted.placement);
+    }
+    let _ = std::fs::remove_file(&path);
 }
 
 /// The CPU that takes (nearly) all the interrupts of the disk holding `dev`, if it has a
@@ -349,6 +382,8 @@ fn irq_counts(text: &str, irqs: &[u32]) -> Vec<(usize, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    static PINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     // This machine's /proc/interrupts (Linux 6.18, Firecracker virtio-blk on PCI), abridged.
     const INTERRUPTS: &str = "           CPU0       CPU1       
@@ -441,6 +476,9 @@ mod tests {
 
     #[test]
     fn restores_what_was_pinned_since_the_launch_and_nothing_else() {
+        // Restoring gives back the CPUs of every process of this session started since a
+        // launch: these tests would give back each other's.
+        let _one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
         let before = affinity(0).expect("affinity");
         if before.len() < 2 {
             crate::testutil::skip("needs two CPUs");
@@ -542,6 +580,9 @@ mod tests {
 
     #[test]
     fn a_prefetcher_killed_before_its_own_note_is_covered_by_its_starters() {
+        // Restoring gives back the CPUs of every process of this session started since a
+        // launch: these tests would give back each other's.
+        let _one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
         let before = affinity(0).expect("affinity");
         if before.len() < 2 {
             crate::testutil::skip("needs two CPUs");
@@ -579,6 +620,12 @@ mod tests {
         assert_eq!(notes(), 1);
         j.done();
         assert_eq!(notes(), 0);
+        // One its prefetcher will not serve (the app gone first): settled at once.
+        assert!(set_affinity(app_pid, &p.app));
+        note_for(run.path(), me, launch, &p).unwrap();
+        settle_started(run.path());
+        assert_eq!(affinity(app_pid), Some(before.clone()));
+        assert_eq!(notes(), 0);
         // A note of another launch is not taken over, and not left behind.
         let other = Launch {
             start: launch.start + 1,
@@ -592,5 +639,54 @@ mod tests {
         assert_eq!(notes(), 0);
         let _ = app.kill();
         let _ = app.wait();
+    }
+
+    #[test]
+    fn a_dead_prefetchers_note_leaves_a_live_later_launch_pinned() {
+        // Restoring gives back the CPUs of every process of this session started since a
+        // launch: these tests would give back each other's.
+        let _one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
+        let before = affinity(0).expect("affinity");
+        if before.len() < 2 {
+            crate::testutil::skip("needs two CPUs");
+            return;
+        }
+        let p = split(&before, before[before.len() - 1]).expect("placement");
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .unwrap()
+        };
+        // Two launches of one session, the second a clock tick after the first.
+        let mut first = sleep();
+        let t0 = crate::sys::start_time(first.id() as i32).unwrap();
+        let mut second = loop {
+            let c = sleep();
+            if crate::sys::start_time(c.id() as i32).unwrap() > t0 {
+                break c;
+            }
+            let mut c = c;
+            let _ = c.kill();
+            let _ = c.wait();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let (a, b) = (first.id() as i32, second.id() as i32);
+        let (la, lb) = (Launch::of(a).unwrap(), Launch::of(b).unwrap());
+        assert!(set_affinity(a, &p.app) && set_affinity(b, &p.app));
+        let run = tempfile::tempdir().unwrap();
+        // The first launch's prefetcher was killed; the second's serves it now (this process).
+        let mut killed = sleep();
+        note_for(run.path(), killed.id() as i32, la, &p).unwrap();
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        note_for(run.path(), std::process::id() as i32, lb, &p).unwrap();
+        assert_eq!(recover(run.path()), 1);
+        assert_eq!(affinity(a), Some(before.clone()), "the dead one's launch");
+        assert_eq!(affinity(b), Some(p.app.clone()), "the live one's launch");
+        for c in [&mut first, &mut second] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

@@ -67,6 +67,10 @@ impl Serving {
         let journal = place
             .as_ref()
             .and_then(|(p, l)| placement::Journal::note(run_dir, *l, p));
+        if journal.is_none() {
+            // A note written for this prefetcher that it did not take over.
+            placement::settle_started(run_dir);
+        }
         if let (true, Some((p, _))) = (pin, &place) {
             placement::pin(pid, &p.app);
         }

@@ -616,8 +616,10 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
         tracing::warn!("cannot unblock signals: {e}");
     }
     let Ok(pidfd) = sys::pidfd_open(app_pid) else {
-        // The application is already gone; launches a killed prefetcher pinned still get
-        // their CPUs back.
+        // The application is already gone: what it left behind gets its CPUs back (the
+        // note written for this prefetcher says what), and so do launches a killed
+        // prefetcher pinned.
+        placement::settle_started(std::path::Path::new(crate::trace::knobs::RUN_DIR));
         crate::serve::recover_placements();
         return 0;
     };
