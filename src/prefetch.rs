@@ -265,16 +265,20 @@ fn readahead_chunk(dev: Dev) -> u64 {
 /// with the pages wanted next somewhere in the queue (traced: a 5.3 ms wait at 2 ms). The
 /// rest of the file is the plan's. Reading the whole binary here instead (6.8 MB) cost the
 /// launcher 2-5 ms of CPU before the exec and put ~7 ms of device time ahead of the plan.
-pub fn warm_executable(path: &Path, plan: Option<&Plan>) {
+///
+/// Returns whether those ranges were (nearly) all in memory before it asked for them: the
+/// first sign of a warm launch, free to take (the file is open anyway), which `looks_warm`
+/// then confirms.
+pub fn warm_executable(path: &Path, plan: Option<&Plan>) -> bool {
     // The path may name a symlink (/usr/bin/python3); the file is what exec will map.
     let Ok(real) = std::fs::canonicalize(path) else {
-        return;
+        return false;
     };
     let Ok((fd, st)) = sys::open_planned(&real, OFlag::empty()) else {
-        return;
+        return false;
     };
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-        return;
+        return false;
     }
     reads_exact(&fd);
     // The header page: exec reads it first, and it says where the rest is.
@@ -282,15 +286,95 @@ pub fn warm_executable(path: &Path, plan: Option<&Plan>) {
     let n = nix::sys::uio::pread(fd.as_fd(), &mut head, 0).unwrap_or(0);
     let dev = Dev::from_user(st.st_dev);
     let chunk = readahead_chunk(dev);
-    for (offset, len) in exec_order(&head[..n]) {
-        let _ = sys::readahead(fd.as_fd(), offset, len.min(chunk));
+    let ranges: Vec<(u64, u64)> = exec_order(&head[..n])
+        .into_iter()
+        .chain(
+            plan.map(|p| plan_head_of(p, dev, st.st_ino))
+                .unwrap_or_default(),
+        )
+        .map(|(offset, len)| (offset, len.min(chunk)))
+        .collect();
+    // Looked at before any of them is asked for: pages being read count as cached.
+    let mut resident = Resident::default();
+    for &(offset, len) in &ranges {
+        resident.add(&fd, offset, len);
     }
-    for (offset, len) in plan
-        .map(|p| plan_head_of(p, dev, st.st_ino))
-        .unwrap_or_default()
-    {
-        let _ = sys::readahead(fd.as_fd(), offset, len.min(chunk));
+    for (offset, len) in ranges {
+        let _ = sys::readahead(fd.as_fd(), offset, len);
     }
+    resident.warm()
+}
+
+/// Bytes looked at for residency, and of them in memory.
+#[derive(Default)]
+struct Resident {
+    seen: u64,
+    cached: u64,
+}
+
+impl Resident {
+    fn add(&mut self, fd: &OwnedFd, offset: u64, len: u64) {
+        let cached = sys::cachestat(fd.as_fd(), offset, len).map_or(0, |c| c.cached_pages * 4096);
+        self.seen += len;
+        self.cached += cached.min(len);
+    }
+
+    /// At least `WARM_SHARE` of what was looked at is in memory.
+    fn warm(&self) -> bool {
+        self.seen > 0 && self.cached as f64 >= WARM_SHARE * self.seen as f64
+    }
+
+    /// More than `1 - WARM_SHARE` of `total` bytes is known not to be in memory.
+    fn cold_of(&self, total: u64) -> bool {
+        (self.seen - self.cached) as f64 > (1.0 - WARM_SHARE) * total as f64
+    }
+}
+
+/// Whether the plan's data look (nearly) all in memory already: `WARM_SAMPLES` data entries
+/// spread over the whole plan, the prefetch's own check (`spread_resident`) made before
+/// anything starts, so that a warm launch is neither held for the plan's head nor kept off
+/// a CPU (warm pdflatex: +8.5 ms with both, docs/measurements.md, 2026-11-27, fifth entry).
+/// The samples are looked at from the plan's end, where the app's own files are (its head is
+/// mostly shared libraries, warm on a desktop while the app is not), and the look stops at
+/// the first sample that settles it as cold: a cold plan costs one or two opens.
+pub fn looks_warm(plan: &Plan) -> bool {
+    let data: Vec<(u32, u64, u64)> = plan
+        .entries
+        .iter()
+        .filter_map(|e| match *e {
+            Entry::Data { file, offset, len } => Some((file, offset, len)),
+            _ => None,
+        })
+        .collect();
+    let samples: Vec<(u32, u64, u64)> = (1..=WARM_SAMPLES)
+        .filter_map(|k| data.get(k * data.len() / (WARM_SAMPLES + 1)).copied())
+        .collect();
+    let total: u64 = samples.iter().map(|s| s.2).sum();
+    let mut resident = Resident::default();
+    // Each sampled file opened once (a plan's large files hold several samples).
+    let mut opened: Vec<(u32, Option<OwnedFd>)> = Vec::with_capacity(WARM_SAMPLES);
+    for &(file, offset, len) in samples.iter().rev() {
+        let i = match opened.iter().position(|(f, _)| *f == file) {
+            Some(i) => i,
+            None => {
+                let fd = plan
+                    .files
+                    .get(file as usize)
+                    .and_then(|f| open_checked(f, None).ok());
+                opened.push((file, fd));
+                opened.len() - 1
+            }
+        };
+        match &opened[i].1 {
+            Some(fd) => resident.add(fd, offset, len),
+            // Gone or changed: the prefetch would not find it in memory either.
+            None => resident.seen += len,
+        }
+        if resident.cold_of(total) {
+            return false;
+        }
+    }
+    resident.warm()
 }
 
 /// How many of the plan's first entries `warm_executable` looks through.
@@ -599,7 +683,7 @@ impl Engine<'_> {
             .iter()
             .filter(|w| matches!(self.plan.entries[w.entry as usize], Entry::Data { .. }))
             .collect();
-        let (mut seen, mut res) = (0u64, 0u64);
+        let mut resident = Resident::default();
         for k in 1..=WARM_SAMPLES {
             let Some(w) = data.get(k * data.len() / (WARM_SAMPLES + 1)) else {
                 continue;
@@ -610,12 +694,9 @@ impl Engine<'_> {
             let Some(fd) = self.file_fd(file) else {
                 continue;
             };
-            let cached =
-                sys::cachestat(fd.as_fd(), w.offset, w.len).map_or(0, |c| c.cached_pages * 4096);
-            seen += w.len;
-            res += cached.min(w.len);
+            resident.add(&fd, w.offset, w.len);
         }
-        seen > 0 && res as f64 >= WARM_SHARE * seen as f64
+        resident.warm()
     }
 
     /// Under `max_rate`, wait until `bytes` more may be issued.
@@ -1321,6 +1402,43 @@ mod tests {
         assert_eq!(r.data_bytes, 12 << 20, "{r:?}");
     }
 
+    /// The front's look before a launch (`looks_warm`) agrees with the prefetch's own: a
+    /// plan all in memory is warm; a warm head over the app's own files evicted is not, nor
+    /// is a plan whose files are gone.
+    #[test]
+    fn a_plan_looks_warm_only_when_its_spread_is_in_memory() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (lib, own) = (dir.path().join("lib"), dir.path().join("own"));
+        std::fs::write(&lib, vec![1u8; 4 << 20]).unwrap();
+        std::fs::write(&own, vec![2u8; 8 << 20]).unwrap();
+        let files = vec![FileId::of(&lib).unwrap(), FileId::of(&own).unwrap()];
+        let piece = |file: u32, i: u64| Entry::Data {
+            file,
+            offset: i << 20,
+            len: 1 << 20,
+        };
+        let entries = (0..4)
+            .map(|i| piece(0, i))
+            .chain((0..8).map(|i| piece(1, i)));
+        let plan = plan_for(files, entries.collect());
+        // Just written: every page cached.
+        assert!(looks_warm(&plan));
+        nix::unistd::sync();
+        crate::testutil::evict(&own);
+        if sys::cached_pages_of(&own).unwrap() > 0 {
+            return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
+        }
+        assert!(!looks_warm(&plan), "the app's own files are not in memory");
+        // Read back whole: warm again.
+        std::fs::read(&own).unwrap();
+        assert!(looks_warm(&plan));
+        // Replaced by another file of the same name: not the planned file, so not warm.
+        std::fs::remove_file(&own).unwrap();
+        std::fs::write(&own, vec![2u8; 9 << 20]).unwrap();
+        assert!(!looks_warm(&plan), "a changed file is not the plan's");
+        assert!(!looks_warm(&plan_for(vec![], vec![])), "nothing to look at");
+    }
+
     /// A launch by a user brings in only files that user may read (issue #30): another
     /// user's 0600 file at a planned path is not even opened.
     #[test]
@@ -1890,7 +2008,7 @@ mod tests {
             eprintln!("skipped: this filesystem keeps evicted pages (tmpfs?)");
             return;
         }
-        warm_executable(&link, None);
+        assert!(!warm_executable(&link, None), "evicted: not a warm launch");
         let chunk = readahead_chunk(Dev::from_user(std::os::unix::fs::MetadataExt::dev(&st)));
         let mut asked = 0;
         for (off, len) in ranges {
@@ -1909,9 +2027,11 @@ mod tests {
             "{} of {pages} pages cached after asking for {asked}",
             cached(0, 0)
         );
+        // Asked for once, the next launch finds them in memory.
+        assert!(warm_executable(&link, None), "read: a warm launch");
         // Not a regular file: nothing happens, nothing fails.
-        warm_executable(dir.path(), None);
-        warm_executable(&dir.path().join("missing"), None);
+        assert!(!warm_executable(dir.path(), None));
+        assert!(!warm_executable(&dir.path().join("missing"), None));
     }
 
     /// A 1 MiB file in `dir`, synced and evicted from the page cache, and a count of its

@@ -596,6 +596,17 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
         SCRIPT,
         &[log.as_os_str(), OsStr::new("0")],
     );
+    assert_eq!(logged(&log), vec![before.clone()]);
+
+    // A warm launch (the whole plan in memory): left where it was from its start.
+    let o = run(sb.ws().args(["prefetch", "synth", "--wait"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let log = sb.path().join("warm.log");
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "synth", "--", "sh", "-c", SCRIPT])
+        .args([log.as_os_str(), OsStr::new("0")]));
+    assert!(o.status.success(), "{}", text(&o));
     assert_eq!(logged(&log), vec![before]);
 }
 

@@ -238,7 +238,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     // Only now: issued first, the executable's readahead (then the whole binary, megabytes)
     // queued ahead of the path lookups and database reads above and delayed them by ~5 ms.
-    crate::prefetch::warm_executable(&exe, chosen.as_ref().map(|c| &c.plan));
+    let exe_warm = crate::prefetch::warm_executable(&exe, chosen.as_ref().map(|c| &c.plan));
     let held = early_hold.and_then(|t| t.join().ok()).and_then(|r| {
         r.map_err(|e| tracing::debug!("inode readahead left on: {e}"))
             .ok()
@@ -283,8 +283,16 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             } = c;
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
-            let hold = plan.hold_entries > 0;
-            let place = (!a.share_cpu).then(|| placement::for_plan(&plan)).flatten();
+            // A warm launch is neither held for the plan's head nor kept off a CPU: there
+            // is nothing to wait for. The prefetcher still runs, finds it warm too, records.
+            let warm = exe_warm && crate::prefetch::looks_warm(&plan);
+            if warm {
+                tracing::debug!("{}: the plan is in memory; launching at once", app.key);
+            }
+            let hold = plan.hold_entries > 0 && !warm;
+            let place = (!a.share_cpu && !warm)
+                .then(|| placement::for_plan(&plan))
+                .flatten();
             let released = detach_prefetcher(
                 Job {
                     db: db.to_path_buf(),
