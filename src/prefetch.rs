@@ -1368,19 +1368,12 @@ mod tests {
         assert!(!warm.load(Ordering::Relaxed), "nothing in memory: cold");
     }
 
-    /// A warm head (the shared libraries a desktop keeps in memory) over a cold rest (the
-    /// app's own files): the application gets its CPUs back, but the prefetch goes on.
-    #[test]
-    fn a_warm_head_over_a_cold_plan_is_still_prefetched() {
-        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let (lib, own) = (dir.path().join("lib"), dir.path().join("own"));
+    /// A plan of a 4 MiB "lib" (its head) and an 8 MiB "own" file in `dir`, in 1 MiB
+    /// pieces, both just written (in memory): "own"'s path and the plan.
+    fn lib_and_own(dir: &Path) -> (std::path::PathBuf, Plan) {
+        let (lib, own) = (dir.join("lib"), dir.join("own"));
         std::fs::write(&lib, vec![1u8; 4 << 20]).unwrap();
         std::fs::write(&own, vec![2u8; 8 << 20]).unwrap();
-        nix::unistd::sync();
-        crate::testutil::evict(&own);
-        if sys::cached_pages_of(&own).unwrap() > 0 {
-            return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
-        }
         let files = vec![FileId::of(&lib).unwrap(), FileId::of(&own).unwrap()];
         let piece = |file: u32, i: u64| Entry::Data {
             file,
@@ -1390,7 +1383,20 @@ mod tests {
         let entries = (0..4)
             .map(|i| piece(0, i))
             .chain((0..8).map(|i| piece(1, i)));
-        let plan = plan_for(files, entries.collect());
+        (own, plan_for(files, entries.collect()))
+    }
+
+    /// A warm head (the shared libraries a desktop keeps in memory) over a cold rest (the
+    /// app's own files): the application gets its CPUs back, but the prefetch goes on.
+    #[test]
+    fn a_warm_head_over_a_cold_plan_is_still_prefetched() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (own, plan) = lib_and_own(dir.path());
+        nix::unistd::sync();
+        crate::testutil::evict(&own);
+        if sys::cached_pages_of(&own).unwrap() > 0 {
+            return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
+        }
         let opts = PrefetchOptions {
             jobs: 1,
             ..PrefetchOptions::default()
@@ -1408,19 +1414,7 @@ mod tests {
     #[test]
     fn a_plan_looks_warm_only_when_its_spread_is_in_memory() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let (lib, own) = (dir.path().join("lib"), dir.path().join("own"));
-        std::fs::write(&lib, vec![1u8; 4 << 20]).unwrap();
-        std::fs::write(&own, vec![2u8; 8 << 20]).unwrap();
-        let files = vec![FileId::of(&lib).unwrap(), FileId::of(&own).unwrap()];
-        let piece = |file: u32, i: u64| Entry::Data {
-            file,
-            offset: i << 20,
-            len: 1 << 20,
-        };
-        let entries = (0..4)
-            .map(|i| piece(0, i))
-            .chain((0..8).map(|i| piece(1, i)));
-        let plan = plan_for(files, entries.collect());
+        let (own, plan) = lib_and_own(dir.path());
         // Just written: every page cached.
         assert!(looks_warm(&plan));
         nix::unistd::sync();

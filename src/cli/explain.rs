@@ -31,7 +31,7 @@ fn plan_of(db: &Path, key: &str, strategy: Option<&str>) -> anyhow::Result<Optio
         .flatten();
     let strategy = match wanted {
         Some(s) => Some(s),
-        None => crate::schedule::auto::choose_stored(&store, app.id, true)?.0,
+        None => crate::schedule::auto::choose_stored_settled(&store, app.id, true)?.0,
     };
     // A plain launch (auto's `none`): the launch-order plan, to attribute against.
     Ok(

@@ -103,6 +103,7 @@ fn load_plan(
     db: &Path,
     key: &str,
     asked: Option<&str>,
+    traced: bool,
 ) -> anyhow::Result<Option<Decision>> {
     let Some(app) = store.app_by_key(key)? else {
         return Ok(None);
@@ -126,13 +127,15 @@ fn load_plan(
                 "the app's default".to_string()
             },
         ),
-        None => match auto::choose_for_launch(&store, app.id, || device_queueing(&store, db))? {
-            (Some(s), why) => (s, why),
-            (None, why) => {
-                tracing::debug!("{key}: {why}");
-                return Ok(Some(Decision::Plain(app)));
+        None => {
+            match auto::choose_for_launch(&store, app.id, traced, || device_queueing(&store, db))? {
+                (Some(s), why) => (s, why),
+                (None, why) => {
+                    tracing::debug!("{key}: {why}");
+                    return Ok(Some(Decision::Plain(app)));
+                }
             }
-        },
+        }
     };
     let plan = match store.plan_for(&app, strategy.name())? {
         Some(p) => p,
@@ -223,7 +226,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     let key = key_of(&a.app, &exe, &a.command);
     let looked_up = match store {
-        Some(Ok(Some(store))) => load_plan(store, db, &key.key, a.strategy.as_deref()),
+        Some(Ok(Some(store))) => load_plan(store, db, &key.key, a.strategy.as_deref(), a.traced),
         Some(Err(e)) => Err(e),
         Some(Ok(None)) | None => Ok(None),
     };

@@ -119,15 +119,31 @@ pub fn choose_stored(
     Ok(choose(&history, queueing, emulated.as_ref()))
 }
 
+/// `choose_settled` from the store: the choice for a traced launch.
+pub fn choose_stored_settled(
+    store: &Store,
+    app_id: i64,
+    queueing: bool,
+) -> Result<(Choice, String), StoreError> {
+    let history = store.launches(app_id, 200)?;
+    let emulated = store.app_settings(app_id)?.emulated;
+    Ok(choose_settled(&history, queueing, emulated.as_ref()))
+}
+
 /// The choice for the app's next launch: the one made when its last launch was recorded
 /// (`remember`), else from its history. A launch's front reads one row instead of the 200 of
 /// its history: ~1.5 ms less of a cold launch's start on pdflatex (paired median of 14
 /// rounds; docs/measurements.md, 2026-11-27, fourth entry).
+/// A traced launch takes the choice without exploration (`choose_settled`), from the history.
 pub fn choose_for_launch(
     store: &Store,
     app_id: i64,
+    traced: bool,
     queueing: impl FnOnce() -> bool,
 ) -> Result<(Choice, String), StoreError> {
+    if traced {
+        return choose_stored_settled(store, app_id, queueing());
+    }
     if let Some(c) = store.auto_choice(app_id)? {
         match c.strategy.as_deref().map(Strategy::parse) {
             None => return Ok((None, c.why)),
@@ -161,6 +177,30 @@ pub fn choose(
     history: &[LaunchRecord],
     queueing: bool,
     emulated: Option<&Ranking>,
+) -> (Choice, String) {
+    choose_as(history, queueing, emulated, true)
+}
+
+/// `choose` without its exploring launches: the choice itself, for a traced launch
+/// (`explain`, `run --traced`). A traced launch is not counted among the launches that
+/// make the next one an exploring one, so an exploring choice would stay until an untraced
+/// launch came, and every traced launch meanwhile would show the exploration (a plain
+/// launch re-timed, say) instead of how the app is launched: in one suite run 6 of 11
+/// `explain` launches hit the 50th-launch re-timing of a plain launch and prefetched
+/// nothing (docs/measurements.md, 2026-11-27, fifth entry).
+pub fn choose_settled(
+    history: &[LaunchRecord],
+    queueing: bool,
+    emulated: Option<&Ranking>,
+) -> (Choice, String) {
+    choose_as(history, queueing, emulated, false)
+}
+
+fn choose_as(
+    history: &[LaunchRecord],
+    queueing: bool,
+    emulated: Option<&Ranking>,
+    explore: bool,
 ) -> (Choice, String) {
     let order = contenders(queueing, emulated);
     let first_why = match emulated {
@@ -230,7 +270,7 @@ pub fn choose(
     let auto_launches = runs(history);
     let every = EXPLORE_EVERY * SLOW_RETRY;
     let all_of_them = auto_launches % every == every - 1;
-    if auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
+    if explore && auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
         // Candidates other than the choice: strategies, and a plain launch once timed.
         let mut others: Vec<Choice> = order.iter().map(|&s| Some(s)).collect();
         if plain_ms.is_some() {
@@ -719,7 +759,7 @@ mod tests {
         let fresh = choose_stored(&st, app, true).unwrap();
         // Nothing kept yet: chosen from the history, with the device class asked for.
         let mut asked = false;
-        let got = choose_for_launch(&st, app, || {
+        let got = choose_for_launch(&st, app, false, || {
             asked = true;
             true
         })
@@ -728,7 +768,7 @@ mod tests {
         assert_eq!(got, fresh);
         // Kept: the same choice, without the history or the device class.
         remember(&mut st, app, true).unwrap();
-        let got = choose_for_launch(&st, app, || panic!("the device class was looked up"));
+        let got = choose_for_launch(&st, app, false, || panic!("the device class was looked up"));
         assert_eq!(got.unwrap(), fresh);
         // A strategy this version does not know: chosen afresh.
         st.put_auto_choice(app, |_| {
@@ -738,7 +778,7 @@ mod tests {
             })
         })
         .unwrap();
-        assert_eq!(choose_for_launch(&st, app, || true).unwrap(), fresh);
+        assert_eq!(choose_for_launch(&st, app, false, || true).unwrap(), fresh);
         // A plain launch kept is a plain launch.
         st.put_auto_choice(app, |_| {
             Ok(StoredChoice {
@@ -748,8 +788,35 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            choose_for_launch(&st, app, || true).unwrap(),
+            choose_for_launch(&st, app, false, || true).unwrap(),
             (None, "plain".to_string())
         );
+        // A traced launch: the choice from the history, without exploration, whatever is
+        // kept for the next untraced one.
+        assert_eq!(
+            choose_for_launch(&st, app, true, || true).unwrap(),
+            choose_stored_settled(&st, app, true).unwrap()
+        );
+        assert!(
+            choose_for_launch(&st, app, true, || true).unwrap().0.is_some(),
+            "not the plain launch kept"
+        );
+    }
+
+    /// A traced launch is never an exploring one: it is not counted towards the next
+    /// exploring launch, so an exploring choice would stay for every traced launch until an
+    /// untraced one came (the bench's `explain` launches re-timed plain launches).
+    #[test]
+    fn a_traced_launch_takes_the_choice_not_an_exploration() {
+        let h = thin_plain([152.0, 150.0, 155.0], [173.0, 173.0]);
+        let (c, why) = choose(&h, true, None);
+        assert_eq!(c, None, "an exploring launch: {why}");
+        let (c, why) = choose_settled(&h, true, None);
+        assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
+        assert!(!why.contains("re-trying"), "{why}");
+        // Where there is no exploration, the two agree.
+        let mut h2 = h.clone();
+        h2.insert(0, rec(Strategy::Paralfetch, 150.0));
+        assert_eq!(choose(&h2, true, None), choose_settled(&h2, true, None));
     }
 }
