@@ -6,11 +6,20 @@ and the children it waited for), and paired medians of the difference to the pla
 of the same round. `run` uses the strategy given (default hybrid), so that the prefetcher
 runs even where `auto` would launch plainly.
 
-  warm-overhead.py ROUNDS [--strategy S] LABEL=BIN..."""
+  warm-overhead.py ROUNDS [--strategy S] LABEL=BIN...
+
+DB=PATH uses that database instead of a fresh copy of the bench's."""
 import os, statistics, subprocess, sys, time
 STATE = "/var/lib/warmstart/bench"
 WORK = f"{STATE}/work"
-DB = os.environ.get("DB", f"{STATE}/bench.db")
+# A copy by default: these launches are recorded, and hundreds of warm ones would push the
+# bench's cold launches out of the history `auto` chooses from.
+DB = os.environ.get("DB")
+if not DB:
+    import sqlite3
+    DB = "/var/lib/warmstart/lab-warm-overhead.db"
+    with sqlite3.connect(f"{STATE}/bench.db") as src, sqlite3.connect(DB) as dst:
+        src.backup(dst)
 APPS = {
     "pdflatex": (["pdflatex", "-interaction=batchmode", f"-output-directory={WORK}", f"{WORK}/doc.tex"], {}),
     "r-vanilla": (["R", "--vanilla", "--quiet", "-e", "x <- summary(lm(dist ~ speed, data = cars)); print(x$r.squared)"], {}),
