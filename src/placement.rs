@@ -385,6 +385,40 @@ mod tests {
 
     static PINNING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+    /// A pinning test's start: one at a time (restoring gives back the CPUs of every process
+    /// of this session started since a launch: these tests would give back each other's),
+    /// this process's CPUs and a placement over them; None (skipped) with fewer than two.
+    fn pinning() -> Option<(std::sync::MutexGuard<'static, ()>, Vec<usize>, Placement)> {
+        let one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
+        let before = affinity(0).expect("affinity");
+        if before.len() < 2 {
+            crate::testutil::skip("needs two CPUs");
+            return None;
+        }
+        let p = split(&before, before[before.len() - 1]).expect("placement");
+        Some((one, before, p))
+    }
+
+    fn sleeper() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap()
+    }
+
+    /// A sleeper started after clock tick `t0` (start times have clock-tick resolution).
+    fn sleeper_after(t0: u64) -> std::process::Child {
+        loop {
+            let mut c = sleeper();
+            if crate::sys::start_time(c.id() as i32).unwrap() > t0 {
+                return c;
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
     // This machine's /proc/interrupts (Linux 6.18, Firecracker virtio-blk on PCI), abridged.
     const INTERRUPTS: &str = "           CPU0       CPU1       
   28:          0          0 PCI-MSIX-0000:00:01.0   0-edge      virtio0-config
@@ -476,38 +510,19 @@ mod tests {
 
     #[test]
     fn restores_what_was_pinned_since_the_launch_and_nothing_else() {
-        // Restoring gives back the CPUs of every process of this session started since a
-        // launch: these tests would give back each other's.
-        let _one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
-        let before = affinity(0).expect("affinity");
-        if before.len() < 2 {
-            crate::testutil::skip("needs two CPUs");
+        let Some((_one, before, p)) = pinning() else {
             return;
-        }
-        let p = split(&before, before[before.len() - 1]).expect("placement");
-        let sleep = || {
-            std::process::Command::new("sleep")
-                .arg("5")
-                .spawn()
-                .unwrap()
         };
         // Started before the launch, and pinned like it: not the launch's.
-        let mut old = sleep();
+        let mut old = sleeper();
         let launch_start = {
-            // Start times have clock-tick resolution: wait for the next tick.
-            let t0 = crate::sys::start_time(old.id() as i32).unwrap();
-            loop {
-                let mut c = sleep();
-                let t = crate::sys::start_time(c.id() as i32).unwrap();
-                let _ = c.kill();
-                let _ = c.wait();
-                if t > t0 {
-                    break t;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
+            let mut c = sleeper_after(crate::sys::start_time(old.id() as i32).unwrap());
+            let t = crate::sys::start_time(c.id() as i32).unwrap();
+            let _ = c.kill();
+            let _ = c.wait();
+            t
         };
-        let (mut a, mut b) = (sleep(), sleep());
+        let (mut a, mut b) = (sleeper(), sleeper());
         // Started since, pinned like the launch, but in a session of its own (another
         // terminal's `taskset`): not the launch's either.
         // setsid(1) execs `sleep` in place: the child is not a process-group leader.
@@ -580,30 +595,18 @@ mod tests {
 
     #[test]
     fn a_prefetcher_killed_before_its_own_note_is_covered_by_its_starters() {
-        // Restoring gives back the CPUs of every process of this session started since a
-        // launch: these tests would give back each other's.
-        let _one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
-        let before = affinity(0).expect("affinity");
-        if before.len() < 2 {
-            crate::testutil::skip("needs two CPUs");
+        let Some((_one, before, p)) = pinning() else {
             return;
-        }
-        let p = split(&before, before[before.len() - 1]).expect("placement");
-        let sleep = || {
-            std::process::Command::new("sleep")
-                .arg("5")
-                .spawn()
-                .unwrap()
         };
         let run = tempfile::tempdir().unwrap();
         let dir = run.path().join(JOURNALS);
         let notes = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
-        let mut app = sleep();
+        let mut app = sleeper();
         let app_pid = app.id() as i32;
         let launch = Launch::of(app_pid).unwrap();
         // `run`'s intermediate child notes the launch for the prefetcher it started; the
         // front then pins itself; the prefetcher is killed before it ran at all.
-        let mut prefetcher = sleep();
+        let mut prefetcher = sleeper();
         note_for(run.path(), prefetcher.id() as i32, launch, &p).unwrap();
         assert!(set_affinity(app_pid, &p.app));
         assert_eq!(recover(run.path()), 0, "its prefetcher still runs");
@@ -643,40 +646,18 @@ mod tests {
 
     #[test]
     fn a_dead_prefetchers_note_leaves_a_live_later_launch_pinned() {
-        // Restoring gives back the CPUs of every process of this session started since a
-        // launch: these tests would give back each other's.
-        let _one = PINNING.lock().unwrap_or_else(|e| e.into_inner());
-        let before = affinity(0).expect("affinity");
-        if before.len() < 2 {
-            crate::testutil::skip("needs two CPUs");
+        let Some((_one, before, p)) = pinning() else {
             return;
-        }
-        let p = split(&before, before[before.len() - 1]).expect("placement");
-        let sleep = || {
-            std::process::Command::new("sleep")
-                .arg("5")
-                .spawn()
-                .unwrap()
         };
         // Two launches of one session, the second a clock tick after the first.
-        let mut first = sleep();
-        let t0 = crate::sys::start_time(first.id() as i32).unwrap();
-        let mut second = loop {
-            let c = sleep();
-            if crate::sys::start_time(c.id() as i32).unwrap() > t0 {
-                break c;
-            }
-            let mut c = c;
-            let _ = c.kill();
-            let _ = c.wait();
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        };
+        let mut first = sleeper();
+        let mut second = sleeper_after(crate::sys::start_time(first.id() as i32).unwrap());
         let (a, b) = (first.id() as i32, second.id() as i32);
         let (la, lb) = (Launch::of(a).unwrap(), Launch::of(b).unwrap());
         assert!(set_affinity(a, &p.app) && set_affinity(b, &p.app));
         let run = tempfile::tempdir().unwrap();
         // The first launch's prefetcher was killed; the second's serves it now (this process).
-        let mut killed = sleep();
+        let mut killed = sleeper();
         note_for(run.path(), killed.id() as i32, la, &p).unwrap();
         killed.kill().unwrap();
         killed.wait().unwrap();

@@ -114,9 +114,7 @@ pub fn choose_stored(
     app_id: i64,
     queueing: bool,
 ) -> Result<(Choice, String), StoreError> {
-    let history = store.launches(app_id, 200)?;
-    let emulated = store.app_settings(app_id)?.emulated;
-    Ok(choose(&history, queueing, emulated.as_ref()))
+    choose_stored_as(store, app_id, queueing, true)
 }
 
 /// `choose_settled` from the store: the choice for a traced launch.
@@ -125,9 +123,18 @@ pub fn choose_stored_settled(
     app_id: i64,
     queueing: bool,
 ) -> Result<(Choice, String), StoreError> {
+    choose_stored_as(store, app_id, queueing, false)
+}
+
+fn choose_stored_as(
+    store: &Store,
+    app_id: i64,
+    queueing: bool,
+    explore: bool,
+) -> Result<(Choice, String), StoreError> {
     let history = store.launches(app_id, 200)?;
     let emulated = store.app_settings(app_id)?.emulated;
-    Ok(choose_settled(&history, queueing, emulated.as_ref()))
+    Ok(choose_as(&history, queueing, emulated.as_ref(), explore))
 }
 
 /// The choice for the app's next launch: the one made when its last launch was recorded
@@ -798,7 +805,10 @@ mod tests {
             choose_stored_settled(&st, app, true).unwrap()
         );
         assert!(
-            choose_for_launch(&st, app, true, || true).unwrap().0.is_some(),
+            choose_for_launch(&st, app, true, || true)
+                .unwrap()
+                .0
+                .is_some(),
             "not the plain launch kept"
         );
     }
