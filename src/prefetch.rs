@@ -306,10 +306,10 @@ pub fn warm_executable(path: &Path, plan: Option<&Plan>) -> bool {
 }
 
 /// Bytes looked at for residency, and of them in memory.
-#[derive(Default)]
-struct Resident {
-    seen: u64,
-    cached: u64,
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resident {
+    pub seen: u64,
+    pub cached: u64,
 }
 
 impl Resident {
@@ -320,7 +320,7 @@ impl Resident {
     }
 
     /// At least `WARM_SHARE` of what was looked at is in memory.
-    fn warm(&self) -> bool {
+    pub fn warm(&self) -> bool {
         self.seen > 0 && self.cached as f64 >= WARM_SHARE * self.seen as f64
     }
 
@@ -336,8 +336,9 @@ impl Resident {
 /// a CPU (warm pdflatex: +8.5 ms with both, docs/measurements.md, 2026-11-27, fifth entry).
 /// The samples are looked at from the plan's end, where the app's own files are (its head is
 /// mostly shared libraries, warm on a desktop while the app is not), and the look stops at
-/// the first sample that settles it as cold: a cold plan costs one or two opens.
-pub fn looks_warm(plan: &Plan) -> bool {
+/// the first sample that settles it as cold: a cold plan costs one or two opens. Returns what
+/// it looked at (`Resident::warm` is the verdict).
+pub fn looks_warm(plan: &Plan) -> Resident {
     let data: Vec<(u32, u64, u64)> = plan
         .entries
         .iter()
@@ -371,10 +372,10 @@ pub fn looks_warm(plan: &Plan) -> bool {
             None => resident.seen += len,
         }
         if resident.cold_of(total) {
-            return false;
+            break;
         }
     }
-    resident.warm()
+    resident
 }
 
 /// How many of the plan's first entries `warm_executable` looks through.
@@ -1416,21 +1417,30 @@ mod tests {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let (own, plan) = lib_and_own(dir.path());
         // Just written: every page cached.
-        assert!(looks_warm(&plan));
+        assert!(looks_warm(&plan).warm());
         nix::unistd::sync();
         crate::testutil::evict(&own);
         if sys::cached_pages_of(&own).unwrap() > 0 {
             return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
         }
-        assert!(!looks_warm(&plan), "the app's own files are not in memory");
+        assert!(
+            !looks_warm(&plan).warm(),
+            "the app's own files are not in memory"
+        );
         // Read back whole: warm again.
         std::fs::read(&own).unwrap();
-        assert!(looks_warm(&plan));
+        assert!(looks_warm(&plan).warm());
         // Replaced by another file of the same name: not the planned file, so not warm.
         std::fs::remove_file(&own).unwrap();
         std::fs::write(&own, vec![2u8; 9 << 20]).unwrap();
-        assert!(!looks_warm(&plan), "a changed file is not the plan's");
-        assert!(!looks_warm(&plan_for(vec![], vec![])), "nothing to look at");
+        assert!(
+            !looks_warm(&plan).warm(),
+            "a changed file is not the plan's"
+        );
+        assert!(
+            !looks_warm(&plan_for(vec![], vec![])).warm(),
+            "nothing to look at"
+        );
     }
 
     /// A launch by a user brings in only files that user may read (issue #30): another

@@ -601,6 +601,10 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
     // A warm launch (the whole plan in memory): left where it was from its start.
     let o = run(sb.ws().args(["prefetch", "synth", "--wait"]));
     assert!(o.status.success(), "{}", text(&o));
+    let store = Store::open(&sb.db()).unwrap();
+    let row = store.find_app("synth").unwrap();
+    let recorded = || store.launches(row.id, 1000).unwrap();
+    let n = recorded().len();
     let log = sb.path().join("warm.log");
     let o = run(sb
         .ws()
@@ -608,6 +612,17 @@ if [ "$now" != "$first" ]; then echo "$now" >> "$0"; exit 0; fi; sleep 0.01; i=$
         .args([log.as_os_str(), OsStr::new("0")]));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(logged(&log), vec![before]);
+    // ... and started without a prefetcher: a watcher records it, as warm, which `auto`
+    // leaves out of its timings.
+    let t0 = Instant::now();
+    while recorded().len() == n && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let last = recorded().remove(0);
+    assert_eq!(last.prefetch_ms, 0.0, "no prefetch ran: {last:?}");
+    assert_ne!(last.strategy.as_deref(), Some("none"), "{last:?}");
+    assert!(last.wall_ms > 0.0, "{last:?}");
+    assert!(!warmstart::schedule::auto::counts(&last), "{last:?}");
 }
 
 /// Wait (at most 5 s) for `inode_readahead_blks` to be back as it was: a detached

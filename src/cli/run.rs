@@ -286,12 +286,32 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             } = c;
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
-            // A warm launch is neither held for the plan's head nor kept off a CPU: there
-            // is nothing to wait for. The prefetcher still runs, finds it warm too, records.
-            let warm = exe_warm && crate::prefetch::looks_warm(&plan);
-            if warm {
+            let look = exe_warm.then(|| crate::prefetch::looks_warm(&plan));
+            let warm = look.is_some_and(|l| l.warm());
+            if let Some(look) = look.filter(|_| warm && !a.traced) {
+                // A warm launch: nothing to prefetch, hold or keep off a CPU, so no prefetcher
+                // either (it would only find the same and stop); a watcher times and records
+                // it, as warm, for `auto` to leave out. Its forked prefetcher cost a warm
+                // launch ~2 ms (docs/measurements.md, 2026-11-27, sixth entry).
                 tracing::debug!("{}: the plan is in memory; launching at once", app.key);
+                // Puts inode readahead back: nothing is prefetched.
+                drop(opts);
+                Deferred::end(deferred, None);
+                detach_watcher(
+                    db.to_path_buf(),
+                    app,
+                    t0,
+                    Watched {
+                        strategy: strategy.name(),
+                        auto: by_auto,
+                        looked: look,
+                    },
+                    a.traced,
+                );
+                return exec_app(&exe, &a.command);
             }
+            // A traced warm launch keeps its prefetcher (`explain` attributes its waits),
+            // but is neither held nor pinned: there is nothing to wait for.
             let hold = plan.hold_entries > 0 && !warm;
             let place = (!a.share_cpu && !warm)
                 .then(|| placement::for_plan(&plan))
@@ -345,26 +365,37 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             Deferred::end(deferred, None);
             if let Some(app) = plain {
                 // How warm this launch is, for `auto` to leave a warm one out.
-                let exe_bytes = std::fs::metadata(&exe).map(|m| m.len()).unwrap_or(0);
-                let exe_cached = sys::cached_pages_of(&exe).unwrap_or(0) * 4096;
-                detach_watcher(db.to_path_buf(), app, t0, exe_bytes, exe_cached, a.traced);
+                let looked = crate::prefetch::Resident {
+                    seen: std::fs::metadata(&exe).map(|m| m.len()).unwrap_or(0),
+                    cached: sys::cached_pages_of(&exe).unwrap_or(0) * 4096,
+                };
+                let plain = Watched {
+                    strategy: auto::PLAIN,
+                    auto: true,
+                    looked,
+                };
+                detach_watcher(db.to_path_buf(), app, t0, plain, a.traced);
             }
             exec_app(&exe, &a.command)
         }
     }
 }
 
-/// Time a plain launch (auto's `none`) from a detached grandchild, as the prefetcher times
-/// a prefetched one, and record it: so that `auto` keeps comparing plain launches with the
-/// strategies, and re-tries them.
-fn detach_watcher(
-    db: PathBuf,
-    app: AppRow,
-    t0: Instant,
-    exe_bytes: u64,
-    exe_cached: u64,
-    traced: bool,
-) {
+/// A launch started without a prefetcher, as its watcher records it.
+struct Watched {
+    /// `auto::PLAIN`, or the strategy whose plan was found in memory.
+    strategy: &'static str,
+    auto: bool,
+    /// What was looked at to tell how warm the launch is (the executable, or the plan's
+    /// samples), and of it in memory: a warm launch says nothing about a strategy and
+    /// `auto` leaves it out.
+    looked: crate::prefetch::Resident,
+}
+
+/// Time a launch started without a prefetcher (auto's `none`, or a warm one) from a detached
+/// grandchild, as the prefetcher times a prefetched one, and record it: so that `auto` keeps
+/// comparing plain launches with the strategies, and re-tries them.
+fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, w: Watched, traced: bool) {
     let app_pid = std::process::id() as i32;
     // SAFETY: no other thread runs now (the knob thread is joined); the intermediate child
     // only forks again and _exits.
@@ -399,10 +430,10 @@ fn detach_watcher(
                         } else {
                             0.0
                         },
-                        prefetched_bytes: exe_bytes,
-                        resident_bytes: Some(exe_cached),
-                        strategy: Some(auto::PLAIN.into()),
-                        auto: true,
+                        prefetched_bytes: w.looked.seen,
+                        resident_bytes: Some(w.looked.cached),
+                        strategy: Some(w.strategy.into()),
+                        auto: w.auto,
                         ..LaunchRecord::default()
                     };
                     match Store::open(&db) {
