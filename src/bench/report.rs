@@ -113,6 +113,11 @@ fn apps_markdown(r: &Results, s: &mut String) {
         }
     }
     let _ = writeln!(s, "\n## Overheads\n");
+    let _ = writeln!(
+        s,
+        "Warm overhead: a warm launch through warmstart against a plain warm one, the median of \
+         the rounds' differences (both run seconds apart in each round).\n"
+    );
     let _ = writeln!(s, "| app | learning slowdown | plan build ms | plan bytes | plan data | warm overhead ms | prefetcher peak RSS | resolved |");
     let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for a in &r.apps {

@@ -292,7 +292,8 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 // A warm launch: nothing to prefetch, hold or keep off a CPU, so no prefetcher
                 // either (it would only find the same and stop); a watcher times and records
                 // it, as warm, for `auto` to leave out. Its forked prefetcher cost a warm
-                // launch ~2 ms (docs/measurements.md, 2026-11-27, sixth entry).
+                // pdflatex launch ~7.5 ms of CPU (docs/measurements.md, 2026-11-27, sixth
+                // entry).
                 tracing::debug!("{}: the plan is in memory; launching at once", app.key);
                 // Puts inode readahead back: nothing is prefetched.
                 drop(opts);
