@@ -267,8 +267,8 @@ fn readahead_chunk(dev: Dev) -> u64 {
 /// launcher 2-5 ms of CPU before the exec and put ~7 ms of device time ahead of the plan.
 ///
 /// Returns whether those ranges were (nearly) all in memory before it asked for them: the
-/// first sign of a warm launch, free to take (the file is open anyway), which `looks_warm`
-/// then confirms.
+/// first sign of a warm launch, free to take (the file is open anyway), which
+/// `sample_residency` then confirms.
 pub fn warm_executable(path: &Path, plan: Option<&Plan>) -> bool {
     // The path may name a symlink (/usr/bin/python3); the file is what exec will map.
     let Ok(real) = std::fs::canonicalize(path) else {
@@ -330,15 +330,15 @@ impl Resident {
     }
 }
 
-/// Whether the plan's data look (nearly) all in memory already: `WARM_SAMPLES` data entries
+/// How much of the plan's data is in memory already, sampled (`Resident::warm` says whether
+/// the plan looks warm): `WARM_SAMPLES` data entries
 /// spread over the whole plan, the prefetch's own check (`spread_resident`) made before
 /// anything starts, so that a warm launch is neither held for the plan's head nor kept off
 /// a CPU (warm pdflatex: +8.5 ms with both, docs/measurements.md, 2026-11-27, fifth entry).
 /// The samples are looked at from the plan's end, where the app's own files are (its head is
 /// mostly shared libraries, warm on a desktop while the app is not), and the look stops at
-/// the first sample that settles it as cold: a cold plan costs one or two opens. Returns what
-/// it looked at (`Resident::warm` is the verdict).
-pub fn looks_warm(plan: &Plan) -> Resident {
+/// the first sample that settles it as cold: a cold plan costs one or two opens.
+pub fn sample_residency(plan: &Plan) -> Resident {
     let data: Vec<(u32, u64, u64)> = plan
         .entries
         .iter()
@@ -1409,7 +1409,7 @@ mod tests {
         assert_eq!(r.data_bytes, 12 << 20, "{r:?}");
     }
 
-    /// The front's look before a launch (`looks_warm`) agrees with the prefetch's own: a
+    /// The front's look before a launch (`sample_residency`) agrees with the prefetch's own: a
     /// plan all in memory is warm; a warm head over the app's own files evicted is not, nor
     /// is a plan whose files are gone.
     #[test]
@@ -1417,28 +1417,28 @@ mod tests {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let (own, plan) = lib_and_own(dir.path());
         // Just written: every page cached.
-        assert!(looks_warm(&plan).warm());
+        assert!(sample_residency(&plan).warm());
         nix::unistd::sync();
         crate::testutil::evict(&own);
         if sys::cached_pages_of(&own).unwrap() > 0 {
             return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
         }
         assert!(
-            !looks_warm(&plan).warm(),
+            !sample_residency(&plan).warm(),
             "the app's own files are not in memory"
         );
         // Read back whole: warm again.
         std::fs::read(&own).unwrap();
-        assert!(looks_warm(&plan).warm());
+        assert!(sample_residency(&plan).warm());
         // Replaced by another file of the same name: not the planned file, so not warm.
         std::fs::remove_file(&own).unwrap();
         std::fs::write(&own, vec![2u8; 9 << 20]).unwrap();
         assert!(
-            !looks_warm(&plan).warm(),
+            !sample_residency(&plan).warm(),
             "a changed file is not the plan's"
         );
         assert!(
-            !looks_warm(&plan_for(vec![], vec![])).warm(),
+            !sample_residency(&plan_for(vec![], vec![])).warm(),
             "nothing to look at"
         );
     }

@@ -286,7 +286,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             } = c;
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
-            let look = exe_warm.then(|| crate::prefetch::looks_warm(&plan));
+            let look = exe_warm.then(|| crate::prefetch::sample_residency(&plan));
             let warm = look.is_some_and(|l| l.warm());
             if let Some(look) = look.filter(|_| warm && !a.traced) {
                 // A warm launch: nothing to prefetch, hold or keep off a CPU, so no prefetcher
