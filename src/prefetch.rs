@@ -330,11 +330,11 @@ impl Resident {
     }
 }
 
-/// How much of the plan's data is in memory already, sampled (`Resident::warm` says whether
-/// the plan looks warm): `WARM_SAMPLES` data entries
-/// spread over the whole plan, the prefetch's own check (`spread_resident`) made before
-/// anything starts, so that a warm launch is neither held for the plan's head nor kept off
-/// a CPU (warm pdflatex: +8.5 ms with both, docs/measurements.md, 2026-11-27, fifth entry).
+/// How much of the plan's data is in memory already (`Resident::warm`: whether the plan looks
+/// warm), sampled: `WARM_SAMPLES` data entries spread over the whole plan, the prefetch's own
+/// check (`spread_resident`) made before anything starts, so that a warm launch is neither
+/// held for the plan's head nor kept off a CPU (warm pdflatex: +8.5 ms with both,
+/// docs/measurements.md, 2026-11-27, fifth entry).
 /// The samples are looked at from the plan's end, where the app's own files are (its head is
 /// mostly shared libraries, warm on a desktop while the app is not), and the look stops at
 /// the first sample that settles it as cold: a cold plan costs one or two opens.

@@ -288,7 +288,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             drop(store);
             let look = exe_warm.then(|| crate::prefetch::sample_residency(&plan));
             let warm = look.is_some_and(|l| l.warm());
-            if let Some(look) = look.filter(|_| warm && !a.traced) {
+            if let Some(look) = look.filter(|l| l.warm() && !a.traced) {
                 // A warm launch: nothing to prefetch, hold or keep off a CPU, so no prefetcher
                 // either (it would only find the same and stop); a watcher times and records
                 // it, as warm, for `auto` to leave out. Its forked prefetcher cost a warm
@@ -307,7 +307,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                         auto: by_auto,
                         looked: look,
                     },
-                    a.traced,
+                    false,
                 );
                 return exec_app(&exe, &a.command);
             }
