@@ -14,7 +14,7 @@ use crate::schedule::{
     plan_for, Base, DevicePaths, FiemapDisk, MissingMeta, ParalfetchSettings, Strategy,
     StrategyContext, SysDevicePaths,
 };
-use crate::sequence::{extract_supported, RawRun, SysBlockDevices};
+use crate::sequence::{extract_supported, RawRun, SysBlockDevices, SysResidency};
 use crate::store::{LaunchRecord, Store, StoreError};
 use crate::sys::{self, Exit};
 use crate::trace::knobs::{self, RecordLock};
@@ -127,7 +127,9 @@ pub fn learn(
     let mut last_exit = Exit::Code(0);
     for i in 1..=total {
         let t = trace_launch(&tfs, exe, argv, &opts.trace, interrupt)?;
-        let run = RawRun::from_trace(&t, page, &SysBlockDevices);
+        let mut run = RawRun::from_trace(&t, page, &SysBlockDevices);
+        // A recording on a warm cache (`--no-drop-caches`) learns as the daemon does.
+        run.fill_resident(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
         last_exit = t.exit;
         // A launch closed at the timeout did not fail: it was still running.
         let closed = t.ended == crate::trace::EndReason::Timeout;

@@ -115,7 +115,129 @@ impl RawRun {
         end as f64 / 1e6
     }
 
-    /// Bytes first-accessed from disk.
+    /// A warm launch shows the pages it touched, while a cold launch of the same files also
+    /// reads around them, and a plan keeps an unused stretch of at most `max_pages`
+    /// (`schedule::KEEP_UNUSED_GAP_PAGES`) beside the pages used: a file's head or tail
+    /// short of its first or last used page, the part of a longer hole next to a used range.
+    /// The page cache still holds what the app's earlier (cold) launch read around, so for a
+    /// mostly warm run this adds, per file it accessed, each stretch of at most `max_pages`
+    /// pages in memory but not accessed that borders an accessed range and ends at a page
+    /// not in memory or at the file's end (a longer one is the kind a plan drops), as
+    /// unused accesses at the time of the range it borders. Returns the pages added. The
+    /// daemon learns from warm launches; with this its plans hold more of what `record`'s
+    /// do (docs/measurements.md, 2026-11-27, seventh entry).
+    pub fn fill_resident(&mut self, max_pages: u64, residency: &dyn Residency) -> u64 {
+        if !self.mostly_warm() {
+            return 0;
+        }
+        let mut paths: HashMap<(Dev, u64), &std::path::Path> = HashMap::new();
+        for o in self.opens.iter().filter(|o| !o.is_dir) {
+            paths.entry((o.dev, o.ino)).or_insert(&o.path);
+        }
+        let mut by_file: HashMap<(Dev, u64), Vec<Span>> = HashMap::new();
+        for a in &self.accesses {
+            if let (Target::File { dev, ino }, true) = (a.target, a.pages > 0) {
+                by_file.entry((dev, ino)).or_default().push(Span {
+                    first: a.page,
+                    end: a.page + a.pages,
+                    t_first: a.t,
+                    t_end: a.t,
+                });
+            }
+        }
+        let mut fills = Vec::new();
+        for ((dev, ino), mut spans) in by_file {
+            let Some(res) = paths
+                .get(&(dev, ino))
+                .and_then(|p| residency.resident(p, dev, ino))
+            else {
+                continue;
+            };
+            spans.sort_unstable_by_key(|s| (s.first, s.end));
+            let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+            for r in spans {
+                match merged.last_mut() {
+                    Some(m) if r.first <= m.end => {
+                        if r.end > m.end {
+                            (m.end, m.t_end) = (r.end, r.t_end);
+                        }
+                    }
+                    _ => merged.push(r),
+                }
+            }
+            let n = res.len() as u64;
+            let target = Target::File { dev, ino };
+            let mut add = |page: u64, pages: u64, t: u64| {
+                fills.push(Access {
+                    target,
+                    page,
+                    pages,
+                    t,
+                    from_disk: false,
+                    used: false,
+                })
+            };
+            // The resident stretch from `from` towards `to` (exclusive), if it ends within
+            // `max_pages` at a page not in memory or at `to` being the file's edge or the next
+            // accessed range.
+            let stretch = |from: u64, to: u64, down: bool| -> u64 {
+                let mut len = 0;
+                loop {
+                    let p = if down {
+                        from.wrapping_sub(len + 1)
+                    } else {
+                        from + len
+                    };
+                    let inside = if down {
+                        len < from - to
+                    } else {
+                        from + len < to
+                    };
+                    if !inside {
+                        return len; // reached the edge or the other range
+                    }
+                    if !res.get(p as usize).copied().unwrap_or(false) {
+                        return len;
+                    }
+                    len += 1;
+                    if len > max_pages {
+                        return 0;
+                    }
+                }
+            };
+            let first = merged[0];
+            let l = stretch(first.first, 0, true);
+            if l > 0 {
+                add(first.first - l, l, first.t_first);
+            }
+            for w in merged.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                let left = stretch(a.end, b.first.min(n), false);
+                if left > 0 {
+                    add(a.end, left, a.t_end);
+                }
+                if a.end + left < b.first {
+                    let right = stretch(b.first, a.end + left, true);
+                    if right > 0 {
+                        add(b.first - right, right, b.t_first);
+                    }
+                }
+            }
+            let last = merged[merged.len() - 1];
+            if last.end < n {
+                let r = stretch(last.end, n, false);
+                if r > 0 {
+                    add(last.end, r, last.t_end);
+                }
+            }
+        }
+        let added = fills.iter().map(|a| a.pages).sum();
+        self.accesses.extend(fills);
+        // Stable: a fill follows the accesses of its instant.
+        self.accesses.sort_by_key(|a| a.t);
+        added
+    }
+
     /// The launch found most of what it accessed already cached (a warm launch): it read
     /// less than half of its pages from disk.
     pub fn mostly_warm(&self) -> bool {
@@ -129,6 +251,7 @@ impl RawRun {
         disk * 2 < all
     }
 
+    /// Bytes first-accessed from disk.
     pub fn disk_bytes(&self) -> u64 {
         self.accesses
             .iter()
@@ -136,6 +259,15 @@ impl RawRun {
             .map(|a| a.pages * self.page_size)
             .sum()
     }
+}
+
+/// Pages `[first, end)` of a file a run accessed, with the times of the accesses at each end.
+#[derive(Clone, Copy)]
+struct Span {
+    first: u64,
+    end: u64,
+    t_first: u64,
+    t_end: u64,
 }
 
 /// Single-event ranges longer than this are clipped (a read() past EOF reports the request,
@@ -263,6 +395,31 @@ impl DeviceMap for SysBlockDevices {
         std::path::Path::new(&format!("/sys/dev/block/{bdev}"))
             .exists()
             .then_some(bdev)
+    }
+}
+
+/// Which pages of a launch's files are in the page cache now (`RawRun::fill_resident`).
+pub trait Residency {
+    /// One flag per page of the file at `path`, if that is still the regular file
+    /// (`dev`, `ino`).
+    fn resident(&self, path: &std::path::Path, dev: Dev, ino: u64) -> Option<Vec<bool>>;
+}
+
+/// The real page cache, asked through `open_planned` (no link followed, nothing but a
+/// regular file opened, for reading).
+pub struct SysResidency;
+
+impl Residency for SysResidency {
+    fn resident(&self, path: &std::path::Path, dev: Dev, ino: u64) -> Option<Vec<bool>> {
+        use nix::sys::stat::SFlag;
+        use std::os::fd::AsFd;
+        let same = |st: &nix::sys::stat::FileStat| {
+            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+                && Dev::from_user(st.st_dev) == dev
+                && st.st_ino == ino
+        };
+        let (fd, st) = crate::sys::open_planned_if(path, nix::fcntl::OFlag::empty(), same).ok()?;
+        crate::sys::resident_pages(fd.as_fd(), st.st_size as u64).ok()
     }
 }
 
@@ -841,6 +998,124 @@ mod tests {
         // The hole 20..40 follows the range reaching page 19 (the access at 4 ms).
         assert_eq!(fills, [(20, 20, 4 * MS)]);
         assert!(seq.accesses.windows(2).all(|w| w[0].t <= w[1].t));
+    }
+
+    /// A fake page cache: per inode, the resident pages of a file of `len` pages.
+    struct Cached(HashMap<u64, (u64, Vec<(u64, u64)>)>);
+
+    impl Residency for Cached {
+        fn resident(&self, _: &std::path::Path, _: Dev, ino: u64) -> Option<Vec<bool>> {
+            let (len, ranges) = self.0.get(&ino)?;
+            Some(
+                (0..*len)
+                    .map(|p| ranges.iter().any(|r| (r.0..r.1).contains(&p)))
+                    .collect(),
+            )
+        }
+    }
+
+    #[test]
+    fn a_warm_run_takes_the_short_stretches_in_memory_beside_its_pages() {
+        const MS: u64 = 1_000_000;
+        let warm = |a: Access| Access {
+            from_disk: false,
+            ..a
+        };
+        // File 1, 300 pages: accessed 10-19 at 1 ms, 100-109 at 2 ms, 250-259 at 3 ms.
+        // In memory: 0-59 (the head 0-9 and 20-59, too long a stretch after 10-19),
+        // 80-129 (80-99 before 100-109 is 20 pages; 110-129 after it), 240-299 (240-249
+        // before 250-259; 260-299, 40 pages to the end, too long).
+        // File 2, 50 pages: accessed 0-39 at 4 ms, in memory whole: its tail 40-49.
+        // File 3: accessed, in memory, but never opened (no path): nothing.
+        let mut r = run(vec![
+            warm(acc(f(1), 10, 10, MS)),
+            warm(acc(f(1), 100, 10, 2 * MS)),
+            warm(acc(f(1), 250, 10, 3 * MS)),
+            warm(acc(f(2), 0, 40, 4 * MS)),
+            warm(acc(f(3), 0, 1, 5 * MS)),
+        ]);
+        let opened = |ino: u64| Opened {
+            t: 0,
+            dev: D,
+            ino,
+            is_dir: false,
+            path: format!("/f{ino}").into(),
+            by_tree: true,
+        };
+        r.opens = vec![opened(1), opened(2)];
+        let cache = Cached(HashMap::from([
+            (1, (300, vec![(0, 60), (80, 130), (240, 300)])),
+            (2, (50, vec![(0, 50)])),
+            (3, (10, vec![(0, 10)])),
+        ]));
+        let added = r.fill_resident(32, &cache);
+        let mut fills: Vec<(u64, u64, u64, u64)> = r
+            .accesses
+            .iter()
+            .filter(|a| !a.used)
+            .map(|a| (ino_of(a.target), a.page, a.pages, a.t))
+            .collect();
+        fills.sort_unstable();
+        assert_eq!(
+            fills,
+            [
+                (1, 0, 10, MS),
+                (1, 80, 20, 2 * MS),
+                (1, 110, 20, 2 * MS),
+                (1, 240, 10, 3 * MS),
+                (2, 40, 10, 4 * MS),
+            ]
+        );
+        assert_eq!(added, 70);
+        assert!(r.accesses.windows(2).all(|w| w[0].t <= w[1].t));
+        // A cold run (read from disk) is left as it is.
+        let mut cold = run(vec![acc(f(2), 0, 40, 4 * MS)]);
+        cold.opens = vec![opened(2)];
+        assert_eq!(cold.fill_resident(32, &cache), 0);
+        assert_eq!(cold.accesses.len(), 1);
+    }
+
+    fn ino_of(t: Target) -> u64 {
+        match t {
+            Target::File { ino, .. } => ino,
+            Target::Meta { .. } => u64::MAX,
+        }
+    }
+
+    /// The real page cache: a file read whole is in memory page for page, one evicted is
+    /// not, and a path that no longer names the inode gives nothing.
+    #[test]
+    fn the_page_cache_tells_a_files_pages_in_memory() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("data");
+        std::fs::write(&p, vec![7u8; 5 * 4096 + 100]).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        let dev = Dev::from_user(m.dev());
+        let _ = std::fs::read(&p).unwrap();
+        let res = SysResidency.resident(&p, dev, m.ino()).unwrap();
+        assert_eq!(res.len(), 6);
+        assert!(res.iter().all(|r| *r), "{res:?}");
+        assert!(SysResidency.resident(&p, dev, m.ino() + 1).is_none());
+        let f = std::fs::File::open(&p).unwrap();
+        f.sync_all().unwrap();
+        nix::fcntl::posix_fadvise(
+            &f,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .unwrap();
+        let res = SysResidency.resident(&p, dev, m.ino()).unwrap();
+        if res.iter().any(|r| *r) {
+            // tmpfs keeps its pages (it has no disk to drop them to).
+            println!(
+                "{}: tmpfs keeps its pages; eviction not checked",
+                p.display()
+            );
+        } else {
+            assert_eq!(res.len(), 6);
+        }
     }
 
     #[test]

@@ -372,6 +372,42 @@ pub fn cachestat(fd: BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<CacheS
     })
 }
 
+/// Which of the first `len` bytes' pages of the file `fd` are in the page cache, one flag
+/// per page: mincore(2) over a read-only shared mapping of them (mapping reads nothing; a
+/// root caller sees the residency of any file).
+pub fn resident_pages(fd: BorrowedFd<'_>, len: u64) -> io::Result<Vec<bool>> {
+    use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+    let Some(size) = usize::try_from(len)
+        .ok()
+        .and_then(std::num::NonZeroUsize::new)
+    else {
+        return Ok(Vec::new());
+    };
+    // SAFETY: a new shared read-only mapping of a file, never read through: it aliases no
+    // memory of this process, and only its address is handed to mincore.
+    let p = unsafe {
+        mmap(
+            None,
+            size,
+            ProtFlags::PROT_READ,
+            MapFlags::MAP_SHARED,
+            fd,
+            0,
+        )
+    }
+    .map_err(io::Error::from)?;
+    let mut vec = vec![0u8; size.get().div_ceil(page_size() as usize)];
+    // SAFETY: the mapping just made covers `size` bytes, and `vec` has one byte per page of it.
+    let rc = unsafe { libc::mincore(p.as_ptr(), size.get(), vec.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: the mapping made above, unmapped once.
+    let _ = unsafe { munmap(p, size.get()) };
+    if rc != 0 {
+        return Err(err);
+    }
+    Ok(vec.into_iter().map(|b| b & 1 != 0).collect())
+}
+
 /// Cached pages of a whole file, by path.
 pub fn cached_pages_of(path: &Path) -> io::Result<u64> {
     let f = std::fs::File::open(path)?;

@@ -28,12 +28,12 @@ use crate::plan::{Entry, Plan};
 use crate::prefetch::PrefetchOptions;
 use crate::resolve::FileId;
 use crate::schedule::{auto, Strategy};
-use crate::sequence::{RawRun, SysBlockDevices, Target};
+use crate::sequence::{RawRun, SysBlockDevices, SysResidency, Target};
 use crate::serve::Serving;
 use crate::store::{AppRow, LaunchRecord, Store, StoreError};
 use crate::sys::{self, monotonic_ns};
 use crate::trace::tracefs::Tracefs;
-use crate::trace::{knobs, TraceConfig};
+use crate::trace::{knobs, TraceConfig, TracedLaunch};
 use config::Config;
 use procconn::{ProcConnector, ProcEvent};
 
@@ -653,9 +653,8 @@ fn prefetch_launch(
         lc.prefetches += 1;
         // An empty trace missed the launch (see `learn_launch`).
         let run = match checked {
-            Some(Ok(t)) => Some(RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices))
-                .filter(|r| !r.accesses.is_empty())
-                .map(|r| private(r, cfg, Path::new(&app.exe), &app.key)),
+            Some(Ok(t)) => Some(learning_run(&t, cfg, Path::new(&app.exe), &app.key))
+                .filter(|r| !r.accesses.is_empty()),
             _ => None,
         };
         if let Some(run) = run {
@@ -1142,6 +1141,22 @@ fn prepare_next(sh: &Shared, tc: &TraceConfig) {
 
 /// A learning run without the files under `exclude_paths` (by default /home: what apps read
 /// there is the user's), keeping the app's executable and any path in its key (its script).
+/// A traced launch as a run to learn from: its private files left out, and, learned warm,
+/// what its files' earlier cold reads left in memory beside its own (`fill_resident`).
+fn learning_run(t: &TracedLaunch, cfg: &Config, exe: &Path, key: &str) -> RawRun {
+    let mut run = private(
+        RawRun::from_trace(t, sys::page_size(), &SysBlockDevices),
+        cfg,
+        exe,
+        key,
+    );
+    let added = run.fill_resident(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
+    if added > 0 {
+        tracing::debug!("{key}: {added} pages in memory beside the warm launch's own");
+    }
+    run
+}
+
 fn private(run: RawRun, cfg: &Config, exe: &Path, key: &str) -> RawRun {
     let mut keep: Vec<&Path> = vec![exe];
     keep.extend(key.split(' ').filter(|t| t.starts_with('/')).map(Path::new));
@@ -1244,12 +1259,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
             return;
         }
     };
-    let run = private(
-        RawRun::from_trace(&t, sys::page_size(), &SysBlockDevices),
-        cfg,
-        &key.exe,
-        &key.key,
-    );
+    let run = learning_run(&t, cfg, &key.exe, &key.key);
     if run.accesses.is_empty() {
         // Every launch maps its executable and libraries: a trace that saw nothing missed
         // the launch (attached after it ended), and counted as a learning run it would make
