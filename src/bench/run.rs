@@ -407,10 +407,18 @@ pub fn machine() -> Machine {
 /// A warmstart daemon of the benchmark's own (database, configuration, run directory).
 pub(super) struct BenchDaemon {
     child: std::process::Child,
+    /// Kept while it runs: it notifies again as it stops.
+    notify: ReadySocket,
 }
 
 impl BenchDaemon {
-    /// Start it on the state in `dir` (its database, `config.toml`, run directory, log).
+    /// Start it on the state in `dir` (its database, `config.toml`, run directory, log), and
+    /// wait until it watches exec events: it says so the way it tells systemd
+    /// (`READY=1` on `NOTIFY_SOCKET`, here a socket of the benchmark's). Its pid file comes
+    /// first, at the start of its setup, which took 170-210 ms with its files not in memory
+    /// (the state of a round, whose earlier scenarios dropped the cache): a launch made
+    /// 200 ms after the pid file could exec before the daemon saw it, or beside the rest of
+    /// its setup (docs/measurements.md, 2026-11-27, seventh entry).
     pub(super) fn start(ctx: &Ctx<'_>, dir: &Path) -> Result<BenchDaemon, BenchError> {
         let run_dir = dir.join("run");
         // Its log is kept: when it does not come up, the benchmark says why.
@@ -419,6 +427,7 @@ impl BenchDaemon {
             .and_then(|_| std::fs::File::create(&log_path))
             .map(Stdio::from)
             .unwrap_or_else(|_| Stdio::null());
+        let notify = ReadySocket::bind(&run_dir)?;
         let child = Command::new(&ctx.opts.warmstart_exe)
             .args([
                 "--db",
@@ -430,15 +439,16 @@ impl BenchDaemon {
             .arg(dir.join("config.toml"))
             .arg("--run-dir")
             .arg(&run_dir)
+            .env("NOTIFY_SOCKET", &notify.path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .process_group(0)
             .spawn()
             .map_err(|e| BenchError::Setup(format!("cannot start the daemon: {e}")))?;
-        let mut d = BenchDaemon { child };
+        let mut d = BenchDaemon { child, notify };
         let t0 = Instant::now();
-        while crate::daemon::PidFile::running(&run_dir).is_none() {
+        while !d.notify.ready() {
             let exited = d.child.try_wait().ok().flatten();
             if exited.is_some() || t0.elapsed() > Duration::from_secs(30) {
                 let last = std::fs::read_to_string(&log_path)
@@ -447,7 +457,7 @@ impl BenchDaemon {
                     .unwrap_or_default();
                 return Err(BenchError::Setup(format!(
                     "the daemon did not start ({}){}",
-                    exited.map_or("no pid file after 30 s".to_string(), |e| e.to_string()),
+                    exited.map_or("not ready after 30 s".to_string(), |e| e.to_string()),
                     if last.is_empty() {
                         String::new()
                     } else {
@@ -455,11 +465,46 @@ impl BenchDaemon {
                     }
                 )));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
-        // Its exec subscription follows the pid file by a moment.
-        std::thread::sleep(Duration::from_millis(200));
         Ok(d)
+    }
+}
+
+/// The receiving end of the systemd notification protocol (sd_notify(3)): a datagram socket
+/// whose path a service finds in `NOTIFY_SOCKET`. Removed when dropped.
+struct ReadySocket {
+    path: PathBuf,
+    sock: std::os::unix::net::UnixDatagram,
+}
+
+impl ReadySocket {
+    fn bind(dir: &Path) -> Result<ReadySocket, BenchError> {
+        let path = dir.join("notify.sock");
+        let setup = |e: std::io::Error| BenchError::Setup(format!("{}: {e}", path.display()));
+        std::fs::create_dir_all(dir).map_err(setup)?;
+        // One left by a benchmark that was killed.
+        let _ = std::fs::remove_file(&path);
+        let sock = std::os::unix::net::UnixDatagram::bind(&path).map_err(setup)?;
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .map_err(setup)?;
+        Ok(ReadySocket { path, sock })
+    }
+
+    /// Whether a message received within the next 20 ms says `READY=1`.
+    fn ready(&self) -> bool {
+        let mut buf = [0u8; 4096];
+        match self.sock.recv(&mut buf) {
+            Ok(n) => String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .any(|l| l == "READY=1"),
+            Err(_) => false,
+        }
+    }
+}
+
+impl Drop for ReadySocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -1505,6 +1550,26 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The daemon is ready when it says `READY=1` on the socket, the way it tells systemd;
+    /// other messages are not readiness, and the socket goes with its owner.
+    #[test]
+    fn a_daemon_is_ready_when_it_notifies_ready() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = ReadySocket::bind(&dir.path().join("run")).unwrap();
+        assert!(!n.ready(), "nothing sent yet");
+        let tx = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        tx.send_to(b"STATUS=starting\n", &n.path).unwrap();
+        assert!(!n.ready());
+        tx.send_to(b"STATUS=watching\nREADY=1\n", &n.path).unwrap();
+        assert!(n.ready());
+        // A socket left by a killed benchmark is replaced.
+        let path = n.path.clone();
+        std::mem::forget(n);
+        let again = ReadySocket::bind(&dir.path().join("run")).unwrap();
+        drop(again);
+        assert!(!path.exists());
+    }
 
     #[test]
     fn apps_get_a_tmpdir_in_their_work_directory_unless_they_set_one() {
