@@ -146,90 +146,26 @@ impl RawRun {
             }
         }
         let mut fills = Vec::new();
-        for ((dev, ino), mut spans) in by_file {
+        for ((dev, ino), spans) in by_file {
             let Some(res) = paths
                 .get(&(dev, ino))
                 .and_then(|p| residency.resident(p, dev, ino))
             else {
                 continue;
             };
-            spans.sort_unstable_by_key(|s| (s.first, s.end));
-            let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
-            for r in spans {
-                match merged.last_mut() {
-                    Some(m) if r.first <= m.end => {
-                        if r.end > m.end {
-                            (m.end, m.t_end) = (r.end, r.t_end);
-                        }
-                    }
-                    _ => merged.push(r),
-                }
-            }
-            let n = res.len() as u64;
             let target = Target::File { dev, ino };
-            let mut add = |page: u64, pages: u64, t: u64| {
-                fills.push(Access {
-                    target,
-                    page,
-                    pages,
-                    t,
-                    from_disk: false,
-                    used: false,
-                })
-            };
-            // The resident stretch from `from` towards `to` (exclusive), if it ends within
-            // `max_pages` at a page not in memory or at `to` being the file's edge or the next
-            // accessed range.
-            let stretch = |from: u64, to: u64, down: bool| -> u64 {
-                let mut len = 0;
-                loop {
-                    let p = if down {
-                        from.wrapping_sub(len + 1)
-                    } else {
-                        from + len
-                    };
-                    let inside = if down {
-                        len < from - to
-                    } else {
-                        from + len < to
-                    };
-                    if !inside {
-                        return len; // reached the edge or the other range
-                    }
-                    if !res.get(p as usize).copied().unwrap_or(false) {
-                        return len;
-                    }
-                    len += 1;
-                    if len > max_pages {
-                        return 0;
-                    }
-                }
-            };
-            let first = merged[0];
-            let l = stretch(first.first, 0, true);
-            if l > 0 {
-                add(first.first - l, l, first.t_first);
-            }
-            for w in merged.windows(2) {
-                let (a, b) = (w[0], w[1]);
-                let left = stretch(a.end, b.first.min(n), false);
-                if left > 0 {
-                    add(a.end, left, a.t_end);
-                }
-                if a.end + left < b.first {
-                    let right = stretch(b.first, a.end + left, true);
-                    if right > 0 {
-                        add(b.first - right, right, b.t_first);
-                    }
-                }
-            }
-            let last = merged[merged.len() - 1];
-            if last.end < n {
-                let r = stretch(last.end, n, false);
-                if r > 0 {
-                    add(last.end, r, last.t_end);
-                }
-            }
+            fills.extend(
+                resident_fills(merge_spans(spans), &res, max_pages)
+                    .into_iter()
+                    .map(|(page, pages, t)| Access {
+                        target,
+                        page,
+                        pages,
+                        t,
+                        from_disk: false,
+                        used: false,
+                    }),
+            );
         }
         let added = fills.iter().map(|a| a.pages).sum();
         self.accesses.extend(fills);
@@ -268,6 +204,75 @@ struct Span {
     end: u64,
     t_first: u64,
     t_end: u64,
+}
+
+/// A file's accessed spans in page order, overlapping or touching ones joined.
+fn merge_spans(mut spans: Vec<Span>) -> Vec<Span> {
+    spans.sort_unstable_by_key(|s| (s.first, s.end));
+    let mut merged: Vec<Span> = Vec::with_capacity(spans.len());
+    for r in spans {
+        match merged.last_mut() {
+            Some(m) if r.first <= m.end => {
+                if r.end > m.end {
+                    (m.end, m.t_end) = (r.end, r.t_end);
+                }
+            }
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+/// The stretches `(first page, pages, time)` of at most `max_pages` pages in memory (`res`,
+/// one flag per page of the file) that border a span of `merged` and end at a page not in
+/// memory, the file's edge or the next span, each at the time of the span it borders.
+fn resident_fills(merged: Vec<Span>, res: &[bool], max_pages: u64) -> Vec<(u64, u64, u64)> {
+    let n = res.len() as u64;
+    // The length of the run of pages in memory from `from` towards `to` (exclusive: down
+    // from `from - 1`, or up from `from`), 0 if it is longer than `max_pages`.
+    let stretch = |from: u64, to: u64, down: bool| -> u64 {
+        let room = if down { from - to } else { to - from };
+        let mut len = 0;
+        while len < room {
+            let p = if down { from - len - 1 } else { from + len };
+            if !res.get(p as usize).copied().unwrap_or(false) {
+                break;
+            }
+            len += 1;
+            if len > max_pages {
+                return 0;
+            }
+        }
+        len
+    };
+    let mut out = Vec::new();
+    let (Some(first), Some(last)) = (merged.first(), merged.last()) else {
+        return out;
+    };
+    let head = stretch(first.first, 0, true);
+    if head > 0 {
+        out.push((first.first - head, head, first.t_first));
+    }
+    for w in merged.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let left = stretch(a.end, b.first.min(n).max(a.end), false);
+        if left > 0 {
+            out.push((a.end, left, a.t_end));
+        }
+        if a.end + left < b.first {
+            let right = stretch(b.first, a.end + left, true);
+            if right > 0 {
+                out.push((b.first - right, right, b.t_first));
+            }
+        }
+    }
+    if last.end < n {
+        let tail = stretch(last.end, n, false);
+        if tail > 0 {
+            out.push((last.end, tail, last.t_end));
+        }
+    }
+    out
 }
 
 /// Single-event ranges longer than this are clipped (a read() past EOF reports the request,
@@ -1025,13 +1030,15 @@ mod tests {
         // In memory: 0-59 (the head 0-9 and 20-59, too long a stretch after 10-19),
         // 80-129 (80-99 before 100-109 is 20 pages; 110-129 after it), 240-299 (240-249
         // before 250-259; 260-299, 40 pages to the end, too long).
-        // File 2, 50 pages: accessed 0-39 at 4 ms, in memory whole: its tail 40-49.
+        // File 2, 50 pages: accessed 0-39 at 4 ms and 30-41 just after (one span to 41),
+        // in memory whole: its tail 42-49, at the time of the access reaching 41.
         // File 3: accessed, in memory, but never opened (no path): nothing.
         let mut r = run(vec![
             warm(acc(f(1), 10, 10, MS)),
             warm(acc(f(1), 100, 10, 2 * MS)),
             warm(acc(f(1), 250, 10, 3 * MS)),
             warm(acc(f(2), 0, 40, 4 * MS)),
+            warm(acc(f(2), 30, 12, 4 * MS + 1)),
             warm(acc(f(3), 0, 1, 5 * MS)),
         ]);
         let opened = |ino: u64| Opened {
@@ -1063,10 +1070,10 @@ mod tests {
                 (1, 80, 20, 2 * MS),
                 (1, 110, 20, 2 * MS),
                 (1, 240, 10, 3 * MS),
-                (2, 40, 10, 4 * MS),
+                (2, 42, 8, 4 * MS + 1),
             ]
         );
-        assert_eq!(added, 70);
+        assert_eq!(added, 68);
         assert!(r.accesses.windows(2).all(|w| w[0].t <= w[1].t));
         // A cold run (read from disk) is left as it is.
         let mut cold = run(vec![acc(f(2), 0, 40, 4 * MS)]);
