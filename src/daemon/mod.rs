@@ -1139,8 +1139,6 @@ fn prepare_next(sh: &Shared, tc: &TraceConfig) {
     }
 }
 
-/// A learning run without the files under `exclude_paths` (by default /home: what apps read
-/// there is the user's), keeping the app's executable and any path in its key (its script).
 /// A traced launch as a run to learn from: its private files left out, and, learned warm,
 /// what its files' earlier cold reads left in memory beside its own (`fill_resident`).
 fn learning_run(t: &TracedLaunch, cfg: &Config, exe: &Path, key: &str) -> RawRun {
@@ -1157,6 +1155,8 @@ fn learning_run(t: &TracedLaunch, cfg: &Config, exe: &Path, key: &str) -> RawRun
     run
 }
 
+/// A learning run without the files under `exclude_paths` (by default /home: what apps read
+/// there is the user's), keeping the app's executable and any path in its key (its script).
 fn private(run: RawRun, cfg: &Config, exe: &Path, key: &str) -> RawRun {
     let mut keep: Vec<&Path> = vec![exe];
     keep.extend(key.split(' ').filter(|t| t.starts_with('/')).map(Path::new));
