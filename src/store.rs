@@ -15,7 +15,7 @@ use crate::sequence::RawRun;
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
 const RUN_VERSION: u16 = 3;
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// The history's names for how a launch ran (`LaunchRecord::mode`). Only `RUN` launches are
 /// compared by `auto` and Paralfetch's dynamic scheduling: the others are slowed by tracing.
@@ -87,6 +87,8 @@ pub struct NewBurst {
     pub created_at: i64,
     pub plan: Plan,
     pub alternatives: Vec<PathBuf>,
+    /// The program (`comm`) that opened the trigger when the burst was mined, if known.
+    pub opener: Option<String>,
 }
 
 /// A stored burst, as `bursts list` shows it.
@@ -99,6 +101,9 @@ pub struct BurstRow {
     pub created_at: i64,
     pub bytes: u64,
     pub alternatives: Vec<PathBuf>,
+    /// The program whose opening of the trigger prefetches the burst; None (mined before
+    /// openers were kept, or the opener was gone): any program's.
+    pub opener: Option<String>,
     pub hits: u64,
     pub failures: u64,
     pub last_used: Option<i64>,
@@ -528,6 +533,14 @@ impl Store {
             )
             .map_err(sql)?;
         }
+        if v < 6 {
+            // A burst's trigger fires for the program that opened it when it was mined:
+            // files such as /etc/locale.alias are opened by every program, and a burst of
+            // one application's start prefetched at every `date` and `sleep`
+            // (docs/measurements.md, 2026-11-27, eighth entry).
+            tx.execute_batch("ALTER TABLE bursts ADD COLUMN opener TEXT;")
+                .map_err(sql)?;
+        }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(sql)?;
         tx.commit().map_err(sql)
@@ -864,11 +877,12 @@ impl Store {
         let alts = serde_json::to_string(&b.alternatives).unwrap_or_else(|_| "[]".into());
         self.conn
             .query_row(
-                "INSERT INTO bursts(dev, ino, path, created_at, bytes, plan, alternatives)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                "INSERT INTO bursts(dev, ino, path, created_at, bytes, plan, alternatives, opener)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT(dev, ino) DO UPDATE SET path = excluded.path,
                     created_at = excluded.created_at, bytes = excluded.bytes,
-                    plan = excluded.plan, alternatives = excluded.alternatives, active = 1
+                    plan = excluded.plan, alternatives = excluded.alternatives,
+                    opener = excluded.opener, active = 1
                  RETURNING id",
                 params![
                     b.dev.to_string(),
@@ -877,7 +891,8 @@ impl Store {
                     b.created_at,
                     bytes,
                     blob,
-                    alts
+                    alts,
+                    b.opener
                 ],
                 |r| r.get(0),
             )
@@ -930,7 +945,7 @@ impl Store {
             .conn
             .prepare(
                 "SELECT id, dev, ino, path, created_at, bytes, alternatives, hits, failures,
-                        last_used, last_check, active
+                        last_used, last_check, active, opener
                  FROM bursts ORDER BY created_at DESC, id DESC",
             )
             .map_err(|e| self.sql(e))?;
@@ -951,6 +966,7 @@ impl Store {
                     last_used: r.get(9)?,
                     last_check: r.get(10)?,
                     active: r.get::<_, i64>(11)? != 0,
+                    opener: r.get(12)?,
                 })
             })
             .map_err(|e| self.sql(e))?
@@ -1569,7 +1585,7 @@ mod migration_tests {
         s.conn
             .execute_batch(
                 "DROP INDEX launches_recent; CREATE INDEX launches_app ON launches(app_id);
-                 PRAGMA user_version = 3;",
+                 ALTER TABLE bursts DROP COLUMN opener; PRAGMA user_version = 3;",
             )
             .unwrap();
         drop(s);
@@ -1588,6 +1604,47 @@ mod migration_tests {
         assert_eq!(s.launches(id, 200).unwrap().len(), 1);
         // And version 5's kept choices.
         assert_eq!(s.auto_choice(id).unwrap(), None);
+    }
+
+    /// A burst keeps the program that opened its trigger; one stored before version 6 has
+    /// none (it fires for any program, as it did), and a re-mined one gets its opener.
+    #[test]
+    fn a_burst_keeps_its_opener_and_a_version_5_one_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        let burst = |ino: u64, opener: Option<&str>| NewBurst {
+            dev: crate::sys::Dev { major: 8, minor: 1 },
+            ino,
+            path: format!("/data/{ino}.map").into(),
+            created_at: 1,
+            plan: crate::plan::tests::sample_plan(),
+            alternatives: vec![],
+            opener: opener.map(str::to_string),
+        };
+        let mut s = Store::open(&db).unwrap();
+        s.put_burst(&burst(1, Some("game")), 3).unwrap().unwrap();
+        s.conn
+            .execute_batch("ALTER TABLE bursts DROP COLUMN opener; PRAGMA user_version = 5;")
+            .unwrap();
+        drop(s);
+        let mut s = Store::open(&db).unwrap();
+        let openers = |s: &Store| -> Vec<(u64, Option<String>)> {
+            let mut v: Vec<_> = s
+                .bursts()
+                .unwrap()
+                .into_iter()
+                .map(|b| (b.ino, b.opener))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(openers(&s), [(1, None)]);
+        s.put_burst(&burst(2, Some("gimp")), 3).unwrap().unwrap();
+        s.put_burst(&burst(1, Some("game")), 3).unwrap().unwrap();
+        assert_eq!(
+            openers(&s),
+            [(1, Some("game".to_string())), (2, Some("gimp".to_string()))]
+        );
     }
 
     #[test]

@@ -966,6 +966,14 @@ fn proc_stat_field<T: std::str::FromStr>(pid: i32, n: usize) -> Option<T> {
     stat_field(&stat, n)
 }
 
+/// The program name of process `pid` (`/proc/<pid>/comm`); None once it is gone.
+pub fn comm_of(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim_end().to_string())
+        .filter(|c| !c.is_empty())
+}
+
 /// The parent of `pid` (field 4 of `/proc/<pid>/stat`).
 pub fn parent_of(pid: i32) -> Option<i32> {
     proc_stat_field(pid, 4)

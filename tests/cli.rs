@@ -2832,6 +2832,17 @@ fn daemon_mines_a_loading_burst_and_prefetches_it_when_its_trigger_opens() {
             std::fs::read_to_string(&d.log).unwrap_or_default()
         );
     }
+    // The burst is the loading program's: another program opening the trigger (as every
+    // program opens /etc/locale.alias) does not prefetch it.
+    let b = burst(&sb).unwrap();
+    assert_eq!(b["opener"], "warmstart-synth", "{b}");
+    drop_caches();
+    let cat = run(Command::new("cat").arg(&trigger));
+    assert!(cat.status.success(), "{}", text(&cat));
+    // A prefetch's hit is counted once its plan is issued (tens of ms for this one).
+    std::thread::sleep(Duration::from_secs(1));
+    let b = burst(&sb).unwrap();
+    assert_eq!(b["hits"], 0, "prefetched for `cat`: {b}");
     // Cold again: the trigger's opening prefetches it, and the check finds it used.
     drop_caches();
     std::thread::sleep(Duration::from_millis(500));

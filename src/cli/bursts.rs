@@ -104,6 +104,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
                             created_at: crate::sys::now_unix(),
                             alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
                             plan: plan.clone(),
+                            opener: b.trigger.comm.clone(),
                         },
                         crate::cluster::BLACKLIST_AFTER,
                     )?
@@ -222,6 +223,12 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
                 b.path.display(),
                 b.dev,
                 b.ino
+            );
+            println!(
+                "opened by:    {}",
+                b.opener
+                    .as_deref()
+                    .unwrap_or("any program (mined before openers were kept)")
             );
             for a in &b.alternatives {
                 println!("alternative:  {}", a.display());

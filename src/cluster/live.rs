@@ -56,8 +56,7 @@ pub struct LiveMiner {
 /// Whether process `tgid` is warmstart's own prefetching (the front and its prefetchers run
 /// as `warmstart` or `warmstart-cli`; the bench and the synthetic workload are applications).
 fn is_warmstart(tgid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{tgid}/comm"))
-        .is_ok_and(|c| matches!(c.trim_end(), "warmstart" | "warmstart-cli"))
+    crate::sys::comm_of(tgid).is_some_and(|c| matches!(c.as_str(), "warmstart" | "warmstart-cli"))
 }
 
 fn tgid_of(tid: i32) -> Option<i32> {
@@ -107,17 +106,15 @@ impl LiveMiner {
         self.reader_pid(pid).is_none()
     }
 
-    /// Note who opened a file; whether it is now known as shared by several programs.
-    fn shared(&mut self, dev: Dev, ino: u64, pid: i32) -> bool {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim_end().to_string())
-            .unwrap_or_default();
+    /// Note that program `comm` opened a file; whether it is now known as shared by
+    /// several programs.
+    fn shared(&mut self, dev: Dev, ino: u64, comm: &str) -> bool {
         if self.openers.len() >= MAX_OPENERS {
             self.openers.clear();
         }
         let v = self.openers.entry((dev, ino)).or_default();
-        if v.len() < SHARED_BY && !comm.is_empty() && !v.contains(&comm) {
-            v.push(comm);
+        if v.len() < SHARED_BY && !v.iter().any(|x| x == comm) {
+            v.push(comm.to_string());
         }
         v.len() >= SHARED_BY
     }
@@ -159,7 +156,11 @@ impl LiveMiner {
                 self.paths.clear();
             }
             self.paths.insert((o.dev, o.ino), o.path.clone());
-            if self.shared(o.dev, o.ino, o.pid) {
+            // A process already gone cannot be told from another program: no trigger.
+            let Some(comm) = crate::sys::comm_of(o.pid) else {
+                continue;
+            };
+            if self.shared(o.dev, o.ino, &comm) {
                 continue;
             }
             opened.push(Opened {
@@ -168,6 +169,7 @@ impl LiveMiner {
                 path: o.path,
                 t: o.t,
                 pid: o.pid,
+                comm: Some(comm),
             });
         }
         self.reads += reads.len() as u64;
@@ -343,6 +345,7 @@ mod tests {
                 path: a.clone(),
                 t: 0,
                 pid: 1,
+                comm: None,
             },
             alternatives: vec![],
             reads: vec![

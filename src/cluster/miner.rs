@@ -64,6 +64,9 @@ pub struct Opened {
     pub t: u64,
     /// The process that opened it.
     pub pid: i32,
+    /// Its program (`comm`), when known: a burst's trigger fires for that program only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
 }
 
 /// A run of pages read from disk (`ino` 0 with a block device's `dev`: metadata).
@@ -513,6 +516,7 @@ mod tests {
             path: path.into(),
             t,
             pid,
+            comm: None,
         });
     }
 
@@ -724,6 +728,7 @@ mod tests {
             path: "/usr/bin/other".into(),
             t: 0,
             pid: 9,
+            comm: None,
         });
         open(&mut m, 1000, 1, "/data/level.map");
         reads(&mut m, 2000, 2, 60, 1000);

@@ -67,6 +67,25 @@ struct Trigger {
     id: i64,
     path: PathBuf,
     plan: Arc<Plan>,
+    /// The program whose opening fires it (None: any program's, see `fires_for`).
+    opener: Option<String>,
+}
+
+/// Whether a trigger mined as opened by program `opener` fires when program `comm` opens
+/// it (`exec`: opens it to execute it). A burst is one program's loading; the miner keeps
+/// files opened by several programs out of its triggers (`live::SHARED_BY`), but only once
+/// it has seen them opened so, and a burst of R's start mined right after the daemon's own
+/// start was kept under /etc/locale.alias, then prefetched (25 MiB) whenever `date`,
+/// `sleep` or any other program set its locale, beside whatever launch that was
+/// (docs/measurements.md, 2026-11-27, eighth entry). An executable's exec is that program
+/// whatever it is called: the opening comes before the exec renames the process (its
+/// `comm` is still its parent's), and a link's name is not its target's. A burst mined
+/// before openers were kept fires for anyone; an opener already gone, for nobody.
+fn fires_for(opener: Option<&str>, comm: Option<&str>, exec: bool) -> bool {
+    match opener {
+        Some(o) => exec || comm == Some(o),
+        None => true,
+    }
 }
 
 /// Whether a trigger's opening is part of a launch the daemon prefetches with the launch's
@@ -110,7 +129,9 @@ fn serve(
         } else {
             MarkFlags::FAN_MARK_REMOVE
         } | MarkFlags::FAN_MARK_DONT_FOLLOW;
-        fan.mark(flags, MaskFlags::FAN_OPEN, nix::fcntl::AT_FDCWD, Some(p))
+        // An exec's opening carries both bits (`fires_for`).
+        let mask = MaskFlags::FAN_OPEN | MaskFlags::FAN_OPEN_EXEC;
+        fan.mark(flags, mask, nix::fcntl::AT_FDCWD, Some(p))
     };
     {
         let store = Store::open(db).map_err(|e| e.to_string())?;
@@ -128,6 +149,7 @@ fn serve(
                         id: b.id,
                         path: b.path,
                         plan: Arc::new(plan),
+                        opener: b.opener,
                     },
                 );
             }
@@ -166,6 +188,17 @@ fn serve(
                 let Some(t) = triggers.get(&key).cloned() else {
                     continue;
                 };
+                let comm = crate::sys::comm_of(ev.pid());
+                let exec = ev.mask().contains(MaskFlags::FAN_OPEN_EXEC);
+                if !fires_for(t.opener.as_deref(), comm.as_deref(), exec) {
+                    tracing::debug!(
+                        "bursts: {} opened by {}, not by {}: left alone",
+                        t.path.display(),
+                        comm.as_deref().unwrap_or("a process already gone"),
+                        t.opener.as_deref().unwrap_or_default()
+                    );
+                    continue;
+                }
                 // A launch is a burst too (its script or executable the trigger), but one the
                 // daemon prefetches with the launch's plan: the same pages twice, and a
                 // larger burst's extra megabytes, queued beside that plan slowed the launch.
@@ -328,6 +361,7 @@ fn serve(
                     created_at: crate::sys::now_unix(),
                     alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
                     plan: plan.clone(),
+                    opener: b.trigger.comm.clone(),
                 },
                 BLACKLIST_AFTER,
             );
@@ -345,6 +379,7 @@ fn serve(
                                 id,
                                 path: b.trigger.path.clone(),
                                 plan: Arc::new(plan),
+                                opener: b.trigger.comm.clone(),
                             },
                         );
                     }
@@ -555,6 +590,19 @@ mod tests {
     use super::*;
     use crate::plan::Provenance;
     use crate::resolve::{FileId, FileKind};
+
+    #[test]
+    fn a_trigger_fires_for_the_program_that_opened_it_when_mined() {
+        assert!(fires_for(Some("R"), Some("R"), false));
+        assert!(!fires_for(Some("R"), Some("date"), false));
+        // The opener already gone: its loading is no one's to serve.
+        assert!(!fires_for(Some("R"), None, false));
+        // An exec of the trigger, its process still named as its parent.
+        assert!(fires_for(Some("R"), Some("bash"), true));
+        // Mined before openers were kept: as before, any program's opening.
+        assert!(fires_for(None, Some("date"), false));
+        assert!(fires_for(None, None, false));
+    }
 
     #[test]
     fn the_first_check_trims_a_burst_later_ones_judge_it() {

@@ -302,9 +302,7 @@ fn under_warmstart_command(pid: i32) -> bool {
             Some(pp) if pp > 1 => p = pp,
             _ => return false,
         }
-        if std::fs::read_to_string(format!("/proc/{p}/comm"))
-            .is_ok_and(|c| c.trim_end() == crate::cli::front::FULL)
-        {
+        if sys::comm_of(p).is_some_and(|c| c == crate::cli::front::FULL) {
             return true;
         }
     }
