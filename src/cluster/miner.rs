@@ -64,7 +64,8 @@ pub struct Opened {
     pub t: u64,
     /// The process that opened it.
     pub pid: i32,
-    /// Its program (`comm`), when known: a burst's trigger fires for that program only.
+    /// Its program (`comm`), when known: a burst's trigger fires for that program's
+    /// openings only, and for execs of the trigger (`service::fires_for`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comm: Option<String>,
 }
