@@ -9,9 +9,9 @@ use serde_json::json;
 
 use super::plan::{open_existing, open_reading};
 use super::{code, fail, fmt_unix, human_bytes, BurstsCommand};
-use crate::cluster::live::{burst_plan, LiveMiner};
+use crate::cluster::live::{burst_plan, stored_burst, LiveMiner};
 use crate::cluster::miner::MinerConfig;
-use crate::store::{BurstRow, NewBurst, Store};
+use crate::store::{BurstRow, Store};
 
 /// How often the live miner reads what the kernel queued.
 const POLL: Duration = Duration::from_millis(100);
@@ -97,15 +97,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
                         continue;
                     }
                     let Some(id) = store.put_burst(
-                        &NewBurst {
-                            dev: b.trigger.dev,
-                            ino: b.trigger.ino,
-                            path: b.trigger.path.clone(),
-                            created_at: crate::sys::now_unix(),
-                            alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
-                            plan: plan.clone(),
-                            opener: b.trigger.comm.clone(),
-                        },
+                        &stored_burst(&b, plan.clone()),
                         crate::cluster::BLACKLIST_AFTER,
                     )?
                     else {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::miner::{Burst, Input, Miner, MinerConfig, Opened, Read};
 use crate::plan::{Entry, Plan, Provenance};
 use crate::resolve::FileId;
+use crate::store::NewBurst;
 use crate::sys::Dev;
 use crate::trace::session::SystemTrace;
 use crate::trace::tracefs::Tracefs;
@@ -252,6 +253,20 @@ impl LiveMiner {
 
     pub fn lost(&self) -> u64 {
         self.trace.lost()
+    }
+}
+
+/// A mined burst and its plan as the store keeps them: under its trigger, with the
+/// trigger's opener and alternatives.
+pub fn stored_burst(b: &Burst, plan: Plan) -> NewBurst {
+    NewBurst {
+        dev: b.trigger.dev,
+        ino: b.trigger.ino,
+        path: b.trigger.path.clone(),
+        created_at: crate::sys::now_unix(),
+        alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
+        plan,
+        opener: b.trigger.comm.clone(),
     }
 }
 

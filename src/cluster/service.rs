@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::fanotify::{EventFFlags, Fanotify, InitFlags, MarkFlags, MaskFlags};
 
-use super::live::{burst_plan, LiveMiner};
+use super::live::{burst_plan, stored_burst, LiveMiner};
 use super::miner::MinerConfig;
 use super::BLACKLIST_AFTER;
 use crate::plan::{Entry, Plan};
-use crate::store::{NewBurst, Store};
+use crate::store::Store;
 use crate::sys::Dev;
 use crate::trace::session::AccessWatch;
 use crate::trace::tracefs::Tracefs;
@@ -353,18 +353,7 @@ fn serve(
             if plan.entries.is_empty() || plan.summary().bytes < st.min_kb.saturating_mul(1024) {
                 continue;
             }
-            let saved = store.put_burst(
-                &NewBurst {
-                    dev: b.trigger.dev,
-                    ino: b.trigger.ino,
-                    path: b.trigger.path.clone(),
-                    created_at: crate::sys::now_unix(),
-                    alternatives: b.alternatives.iter().map(|o| o.path.clone()).collect(),
-                    plan: plan.clone(),
-                    opener: b.trigger.comm.clone(),
-                },
-                BLACKLIST_AFTER,
-            );
+            let saved = store.put_burst(&stored_burst(&b, plan.clone()), BLACKLIST_AFTER);
             match saved {
                 Ok(Some(id)) => {
                     tracing::info!(
