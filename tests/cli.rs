@@ -246,6 +246,15 @@ fn assert_kernel_clean(before: &[(PathBuf, String)]) {
 }
 
 /// The last JSON line on stdout.
+/// Time the hypervisor took from this VM's CPUs since boot (`steal` in /proc/stat), ms.
+fn stolen_ms() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let cpu = stat.lines().next().unwrap();
+    let ticks: f64 = cpu.split_whitespace().nth(8).unwrap().parse().unwrap();
+    // USER_HZ, 100 on Linux.
+    ticks * 10.0
+}
+
 fn json(o: &Output) -> serde_json::Value {
     last_json(&o.stdout, o)
 }
@@ -2747,13 +2756,20 @@ fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
         checks.iter().any(|c| c.starts_with("widened")),
         "no check widened the plan: {checks:?}"
     );
-    // Both ways are prefetched now.
+    // Both ways are prefetched now. A launch races the daemon's prefetch, which can lose on
+    // two busy vCPUs (CI, other tests beside: 11 faults against 13 cold once): a way is
+    // prefetched if one of three cold launches faults at most half as much as cold. A plan
+    // without it makes all three fault.
     for dir in [&two, &one] {
-        drop_caches();
-        let faults = launch(dir)["major_faults"].as_u64().unwrap();
+        let faults: Vec<u64> = (0..3)
+            .map(|_| {
+                drop_caches();
+                launch(dir)["major_faults"].as_u64().unwrap()
+            })
+            .collect();
         assert!(
-            faults * 2 <= cold,
-            "{}: major faults {faults}, cold {cold}; checks {checks:?}",
+            faults.iter().any(|f| f * 2 <= cold),
+            "{}: major faults {faults:?}, cold {cold}; checks {checks:?}",
             dir.display()
         );
     }
@@ -3218,10 +3234,12 @@ fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
     let mut manifest = std::fs::read_to_string(app.join("manifest")).unwrap();
     manifest.push_str("plugins/zz-miss.bin\n");
     std::fs::write(app.join("manifest"), manifest).unwrap();
+    let stolen_before = stolen_ms();
     let o = run(sb
         .ws()
         .args(["explain", "--app", "synth", "--json", "--"])
         .args(synth_launch(&app)));
+    let stolen = stolen_ms() - stolen_before;
     assert!(o.status.success(), "{}", text(&o));
     let j = json(&o);
     let launches = j["launches"].as_array().unwrap();
@@ -3243,7 +3261,9 @@ fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
             "critical path {crit} vs wall {wall}: {l}"
         );
         // On the CPU per the trace, against the process's rusage; the tolerance covers the
-        // few switches around the root's start and exit that rusage counts differently.
+        // few switches around the root's start and exit that rusage counts differently, and
+        // the time the VM's host took from its CPUs meanwhile: the trace counts it as the
+        // task's, the task's CPU time does not (CI saw 47.7 ms traced against 37.0).
         let on_cpu: f64 = l["critical"]
             .as_object()
             .unwrap()
@@ -3253,8 +3273,8 @@ fn explain_names_a_known_miss_and_accounts_for_the_whole_launch() {
             .sum();
         let rusage = l["root_cpu_ms"].as_f64().unwrap();
         assert!(
-            (on_cpu - rusage).abs() <= 5.0 + 0.1 * wall,
-            "on CPU {on_cpu} ms traced, {rusage} ms by rusage: {l}"
+            (on_cpu - rusage).abs() <= 5.0 + 0.1 * wall + stolen,
+            "on CPU {on_cpu} ms traced, {rusage} ms by rusage, {stolen} ms stolen: {l}"
         );
     }
     let ws = &launches[2];
