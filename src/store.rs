@@ -87,7 +87,7 @@ pub struct NewBurst {
     pub created_at: i64,
     pub plan: Plan,
     pub alternatives: Vec<PathBuf>,
-    /// The program (`comm`) that opened the trigger when the burst was mined, if known.
+    /// The program (`comm`) that opened the trigger when the burst was mined.
     pub opener: Option<String>,
 }
 
@@ -102,7 +102,7 @@ pub struct BurstRow {
     pub bytes: u64,
     pub alternatives: Vec<PathBuf>,
     /// The program whose opening of the trigger prefetches the burst; None (mined before
-    /// openers were kept, or the opener was gone): any program's.
+    /// openers were kept, schema 5): any program's.
     pub opener: Option<String>,
     pub hits: u64,
     pub failures: u64,
