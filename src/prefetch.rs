@@ -1149,7 +1149,10 @@ fn prefetch_watching(
 
 /// Block until the plan's data ranges are in memory: a read of a page under I/O waits for that
 /// I/O, so reading one byte at each end of each range waits for everything already issued
-/// (and reads what was not). Returns how many ranges were checked.
+/// (and reads what was not). A range still short of pages then (readahead(2) is best effort:
+/// its page allocations may fail and end the request early; CI once found 4 of 3992 planned
+/// pages missing after `prefetch --wait`) has its missing pages read. Returns how many ranges
+/// were checked.
 pub fn wait_resident(plan: &Plan) -> usize {
     wait_resident_entries(plan, 0..plan.entries.len())
 }
@@ -1159,6 +1162,7 @@ pub fn wait_resident_entries(plan: &Plan, range: std::ops::Range<usize>) -> usiz
     let mut fds: Vec<Option<Option<OwnedFd>>> = (0..plan.files.len()).map(|_| None).collect();
     let mut n = 0;
     let mut b = [0u8; 1];
+    let page = u64::from(plan.page_size).max(1);
     for e in plan.entries.get(range).unwrap_or(&[]) {
         let Entry::Data { file, offset, len } = *e else {
             continue;
@@ -1168,6 +1172,15 @@ pub fn wait_resident_entries(plan: &Plan, range: std::ops::Range<usize>) -> usiz
         if let Some(fd) = slot {
             let _ = nix::sys::uio::pread(fd.as_fd(), &mut b, offset as i64);
             let _ = nix::sys::uio::pread(fd.as_fd(), &mut b, (offset + len - 1) as i64);
+            let first = offset / page;
+            let end = (offset + len).div_ceil(page);
+            let short = crate::sys::cachestat(fd.as_fd(), first * page, (end - first) * page)
+                .is_ok_and(|c| c.cached_pages < end - first);
+            if short {
+                for p in first..end {
+                    let _ = nix::sys::uio::pread(fd.as_fd(), &mut b, (p * page) as i64);
+                }
+            }
             n += 1;
         }
     }
@@ -2089,5 +2102,47 @@ mod tests {
         );
         assert_eq!(wait_resident(&plan), 1);
         assert_eq!(cached(), 1);
+    }
+
+    /// A planned range whose middle is not in memory (a readahead that ended early) is read
+    /// whole by the wait, not only at its ends; and only that range.
+    #[test]
+    fn waiting_for_a_range_reads_the_pages_missing_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some((path, cached)) = evicted_file(dir.path()) else {
+            return;
+        };
+        let plan = plan_for(
+            vec![FileId::of(&path).unwrap()],
+            vec![Entry::Data {
+                file: 0,
+                offset: 8 * 4096,
+                len: 64 * 4096,
+            }],
+        );
+        // The ends only: what a request cut short leaves.
+        let f = std::fs::File::open(&path).unwrap();
+        let mut b = [0u8; 1];
+        let _ = nix::sys::uio::pread(f.as_fd(), &mut b, 8 * 4096);
+        let _ = nix::sys::uio::pread(f.as_fd(), &mut b, 71 * 4096);
+        let _ = nix::fcntl::posix_fadvise(
+            &f,
+            9 * 4096,
+            62 * 4096,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        );
+        let inside = || {
+            sys::cachestat(f.as_fd(), 8 * 4096, 64 * 4096)
+                .unwrap()
+                .cached_pages
+        };
+        if inside() == 64 {
+            eprintln!("skipped: this filesystem keeps evicted pages");
+            return;
+        }
+        assert_eq!(wait_resident(&plan), 1);
+        assert_eq!(inside(), 64);
+        // Nothing far outside it (the kernel's readahead of a missing page may add a little).
+        assert!(cached() <= 64 + 32, "{} pages cached", cached());
     }
 }

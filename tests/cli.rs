@@ -2736,8 +2736,6 @@ fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
         assert!(o.status.success(), "{}", text(&o));
         json(&o)
     };
-    drop_caches();
-    let cold = launch(&two)["workload_major_faults"].as_u64().unwrap();
     // Every prefetched launch is checked.
     let config = daemon_config(&sb, &[exe.as_path()], 1, 64);
     let d = Daemon::start(&sb, &config);
@@ -2772,18 +2770,39 @@ fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
         checks.iter().any(|c| c.starts_with("widened")),
         "no check widened the plan: {checks:?}"
     );
-    // Both ways are prefetched now: far fewer major faults on either way's files (the exec
-    // and the loader race the daemon and are not counted).
-    for dir in [&two, &one] {
-        drop_caches();
-        let faults = launch(dir)["workload_major_faults"].as_u64().unwrap();
-        assert!(
-            faults * 2 <= cold,
-            "{}: major faults on its files {faults}, cold {cold}; checks {checks:?}; {}",
-            dir.display(),
-            d.status(&sb)
-        );
+    // Both ways are planned now, in every plan the daemon may prefetch. (Read from the
+    // plans, not from launches racing the daemon: a 20 ms launch found after its exec can
+    // be over before a busy daemon's prefetch starts, which CI saw; that launches are
+    // prefetched is `daemon_learns_prefetches_checks_and_survives_faults`'s part.)
+    let store = Store::open(&sb.db()).unwrap();
+    let row = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap();
+    let mut plans = 0;
+    for strategy in ["fast", "trace", "sorted", "paralfetch", "hybrid"] {
+        let Some(plan) = store.plan_for(&row, strategy).unwrap() else {
+            continue;
+        };
+        plans += 1;
+        let planned: std::collections::HashSet<&Path> = plan
+            .entries
+            .iter()
+            .filter_map(|e| match *e {
+                Entry::Data { file, .. } => Some(plan.files[file as usize].path.as_path()),
+                _ => None,
+            })
+            .collect();
+        for dir in [&one, &two] {
+            let n = planned.iter().filter(|p| p.starts_with(dir)).count();
+            // A way missing has none; a check, attached after the exec, misses the first
+            // few files of a launch this short (13-14 of 16 seen here).
+            assert!(
+                n >= 8,
+                "{strategy}: {n} of {}'s 16 files planned; checks {checks:?}; {}",
+                dir.display(),
+                d.status(&sb)
+            );
+        }
     }
+    assert!(plans > 0, "no plan stored: {}", d.status(&sb));
 }
 
 /// ClusterFetch in the daemon: a running application loads (opens a trigger file, then reads
