@@ -16,6 +16,10 @@ use crate::plan::Plan;
 use crate::prefetch::{PrefetchOptions, PrefetchReport, Running};
 use crate::sys;
 
+/// How long after its start a launch still counts as timed (FAST's T_timeout): a longer-lived
+/// process (an interactive app) gives no launch time.
+pub const TIMED_LAUNCH: Duration = Duration::from_secs(30);
+
 /// How long after its start a launch is watched closely for a warm start (the plan's first
 /// data found in memory), to give the application its CPUs back at once.
 const WARM_WATCH: Duration = Duration::from_millis(100);
@@ -31,6 +35,8 @@ pub struct Serving {
     journal: Option<placement::Journal>,
     restored: bool,
     waits: u64,
+    /// When the application was seen to exit while it was served.
+    exited_at: Option<Instant>,
 }
 
 /// What serving a launch did.
@@ -41,6 +47,8 @@ pub struct Served {
     /// Voluntary context switches of the launch's process tree (how often it slept, mostly
     /// on I/O), sampled while it was served.
     pub waits: u64,
+    /// When it exited, if it did while it was served (its launch time's end).
+    pub exited_at: Option<Instant>,
 }
 
 impl Serving {
@@ -84,6 +92,7 @@ impl Serving {
             journal,
             restored: false,
             waits: 0,
+            exited_at: None,
         })
     }
 
@@ -122,6 +131,7 @@ impl Serving {
                 4
             };
             if self.app_gone(ms) {
+                self.exited_at = self.pidfd.is_some().then(Instant::now);
                 return true;
             }
             if !self.restored && self.running.is_warm() {
@@ -164,8 +174,31 @@ impl Serving {
             report: self.running.stop(),
             exited,
             waits: self.waits,
+            exited_at: self.exited_at,
         }
     }
+}
+
+/// When the process behind `pidfd` exits, waiting for it (asleep) until `deadline` at the
+/// most: the end of a launch timed as `run` and the daemon time theirs. None if it runs on,
+/// or if `stop` says so first (looked at every 200 ms).
+pub fn exit_before(
+    pidfd: std::os::fd::BorrowedFd<'_>,
+    deadline: Instant,
+    stop: &dyn Fn() -> bool,
+) -> Option<Instant> {
+    while !stop() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fds = [PollFd::new(pidfd, PollFlags::POLLIN)];
+        let ms = left.as_millis().min(200) as u16;
+        if matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
+            return Some(Instant::now());
+        }
+        if left.is_zero() {
+            break;
+        }
+    }
+    None
 }
 
 /// Give back the CPUs of launches whose prefetcher was killed before it could (their notes

@@ -37,9 +37,7 @@ use crate::store::{mode, AppRow, LaunchRecord, Store};
 use crate::sys::{self, Exit};
 use crate::trace::knobs::{self, KnobGuard};
 
-/// How long after its start a launch still counts as timed (FAST's T_timeout): a longer-lived
-/// process (an interactive app) gives no launch time.
-const TIMED_LAUNCH: Duration = Duration::from_secs(30);
+use crate::serve::TIMED_LAUNCH;
 /// Dynamic scheduling (Paralfetch 3.3): waits above this share of the plan's entries make the
 /// next launch's schedule more aggressive.
 const WAIT_SHARE: f64 = 0.05;
@@ -683,34 +681,29 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
             }
         });
     }
-    let mut exited = serving.watch(started, &stopped);
+    let exited = serving.watch(started, &stopped);
     // Dropping the hold on the way: the inode readahead setting is back once this returns.
-    let Served { report, waits, .. } = serving.finish(exited);
-    let app_gone = |ms: u16| -> bool {
-        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-        matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
-    };
+    let Served {
+        report,
+        waits,
+        exited_at,
+        ..
+    } = serving.finish(exited);
     if stopped() {
         let sig = stop.load(Ordering::Relaxed) as i32;
         tracing::info!("prefetcher stopped by signal {sig}; this launch is not recorded");
         return 128 + sig;
     }
     // Keep watching (asleep, no CPU) to time launches that end within T_timeout.
-    while !exited && !stopped() && started.elapsed() < TIMED_LAUNCH {
-        let left = TIMED_LAUNCH
-            .saturating_sub(started.elapsed())
-            .as_millis()
-            .min(u16::MAX as u128) as u16;
-        exited = app_gone(left.max(1));
-    }
+    let ended = if exited {
+        exited_at.or_else(|| Some(Instant::now()))
+    } else {
+        crate::serve::exit_before(pidfd.as_fd(), started + TIMED_LAUNCH, &stopped)
+    };
     let rec = LaunchRecord {
         at_unix: crate::sys::now_unix(),
         mode: mode_of(traced).into(),
-        wall_ms: if exited {
-            started.elapsed().as_secs_f64() * 1e3
-        } else {
-            0.0
-        },
+        wall_ms: ended.map_or(0.0, |t| t.duration_since(started).as_secs_f64() * 1e3),
         prefetched_bytes: report.data_bytes + report.metadata_bytes,
         resident_bytes: Some(report.resident_bytes),
         stale_files: report.files_stale + report.files_missing,

@@ -196,7 +196,7 @@ fn choose_plan(
 ) -> Result<Option<(Arc<Plan>, Strategy)>, StoreError> {
     let strategy = match app.strategy.as_deref().and_then(Strategy::parse) {
         Some(st) => st,
-        None => match auto::choose_stored(s, app.id, queueing).map(|c| c.0)? {
+        None => match auto::choose_for_daemon(s, app.id, queueing).map(|c| c.0)? {
             Some(st) => st,
             // Prefetching does not pay for this app: nothing to prefetch.
             None => return Ok(None),
@@ -553,7 +553,9 @@ fn prefetch_launch(
     strategy: Strategy,
     cfg: &Config,
 ) {
-    let _active = ActiveGuard { sh, pid };
+    let active = ActiveGuard { sh, pid };
+    // Taken first: the launch's end times it (a pid alone could be another process's by then).
+    let pidfd = sys::pidfd_open(pid).ok();
     let started_mono = monotonic_ns();
     let opts = PrefetchOptions {
         jobs: cfg.jobs,
@@ -643,6 +645,26 @@ fn prefetch_launch(
             l.push(latency_us);
         }
     }
+    // Its children are launches of their own from here on (as once its plan was issued).
+    drop(active);
+    // Timed as `run` times its launches, from the exec to the exit if that comes within
+    // TIMED_LAUNCH, so that `auto` can compare strategies by the daemon's own launches; a
+    // checked launch is slowed by its trace and is not timed.
+    let wall_ms = match (&pidfd, &checked) {
+        (Some(fd), None) => {
+            let ended = served.exited_at.or_else(|| {
+                let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
+                let deadline =
+                    Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec);
+                crate::serve::exit_before(fd.as_fd(), deadline, &|| sh.stop.load(Ordering::SeqCst))
+            });
+            ended.map_or(0.0, |t| {
+                let ago = t.elapsed().as_nanos() as u64;
+                monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
+            })
+        }
+        _ => 0.0,
+    };
     let Ok(mut s) = store(sh) else { return };
     let _lc = lc_guard(sh);
     let mut lc = lifecycle(&s, app.id);
@@ -687,14 +709,19 @@ fn prefetch_launch(
         &LaunchRecord {
             at_unix: crate::sys::now_unix(),
             mode: crate::store::mode::DAEMON.into(),
+            wall_ms,
             prefetched_bytes: report.data_bytes + report.metadata_bytes,
             resident_bytes: Some(report.resident_bytes),
             stale_files: report.files_stale + report.files_missing,
             prefetch_ms: report.elapsed_ms,
             strategy: Some(strategy.name().into()),
+            auto: app.strategy.is_none(),
             ..LaunchRecord::default()
         },
     );
+    if app.strategy.is_none() {
+        follow_auto(sh, &s, &app, strategy);
+    }
     // A check whose trace failed still looks at the planned files (and is not retried at
     // every launch: a trace that keeps failing would otherwise keep a changed app from ever
     // being relearned).
@@ -751,6 +778,29 @@ fn prefetch_launch(
         }
     }
     save_lifecycle(&mut s, app.id, &lc);
+}
+
+/// After a timed launch of an app on `auto`: if its choice for the next launch is another
+/// strategy now (an exploring launch, or a faster one found), the cached plan follows it.
+fn follow_auto(sh: &Shared, s: &Store, app: &AppRow, used: Strategy) {
+    match choose_plan(s, app, sh.queueing) {
+        Ok(Some((plan, strategy))) if strategy != used => {
+            tracing::info!(
+                "{}: auto: {} for the next launch (was {})",
+                app.key,
+                strategy.name(),
+                used.name()
+            );
+            if let Ok(mut p) = sh.plans.lock() {
+                if let Some(c) = p.get_mut(&app.key) {
+                    c.plan = plan;
+                    c.strategy = strategy;
+                }
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("{}: cannot read its plans: {e}", app.key),
+    }
 }
 
 /// Runs an app's plans are built from at most: `n_rawseq` learned, and the runs of checks

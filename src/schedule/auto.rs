@@ -5,6 +5,7 @@
 use super::Strategy;
 use crate::bench::stats::Spread;
 use crate::emulate::Ranking;
+use crate::store::mode::{DAEMON, RUN};
 use crate::store::{LaunchRecord, Store, StoreError, StoredChoice};
 
 /// Samples of each strategy needed before it is compared.
@@ -114,7 +115,18 @@ pub fn choose_stored(
     app_id: i64,
     queueing: bool,
 ) -> Result<(Choice, String), StoreError> {
-    choose_stored_as(store, app_id, queueing, true)
+    choose_stored_as(store, app_id, queueing, true, RUN)
+}
+
+/// The daemon's choice for an app's next launch: as `choose_stored`, from the launches the
+/// daemon itself timed. Its launches start after the exec, `run`'s before it: each compares
+/// strategies by its own launches, so that neither's head start decides the other's choice.
+pub fn choose_for_daemon(
+    store: &Store,
+    app_id: i64,
+    queueing: bool,
+) -> Result<(Choice, String), StoreError> {
+    choose_stored_as(store, app_id, queueing, true, DAEMON)
 }
 
 /// `choose_settled` from the store: the choice for a traced launch.
@@ -123,7 +135,7 @@ pub fn choose_stored_settled(
     app_id: i64,
     queueing: bool,
 ) -> Result<(Choice, String), StoreError> {
-    choose_stored_as(store, app_id, queueing, false)
+    choose_stored_as(store, app_id, queueing, false, RUN)
 }
 
 fn choose_stored_as(
@@ -131,10 +143,17 @@ fn choose_stored_as(
     app_id: i64,
     queueing: bool,
     explore: bool,
+    timed_by: &str,
 ) -> Result<(Choice, String), StoreError> {
     let history = store.launches(app_id, 200)?;
     let emulated = store.app_settings(app_id)?.emulated;
-    Ok(choose_as(&history, queueing, emulated.as_ref(), explore))
+    Ok(choose_as(
+        &history,
+        queueing,
+        emulated.as_ref(),
+        explore,
+        timed_by,
+    ))
 }
 
 /// The choice for the app's next launch: the one made when its last launch was recorded
@@ -185,7 +204,7 @@ pub fn choose(
     queueing: bool,
     emulated: Option<&Ranking>,
 ) -> (Choice, String) {
-    choose_as(history, queueing, emulated, true)
+    choose_as(history, queueing, emulated, true, RUN)
 }
 
 /// `choose` without its exploring launches: the choice itself, for a traced launch
@@ -200,7 +219,7 @@ pub fn choose_settled(
     queueing: bool,
     emulated: Option<&Ranking>,
 ) -> (Choice, String) {
-    choose_as(history, queueing, emulated, false)
+    choose_as(history, queueing, emulated, false, RUN)
 }
 
 fn choose_as(
@@ -208,6 +227,7 @@ fn choose_as(
     queueing: bool,
     emulated: Option<&Ranking>,
     explore: bool,
+    timed_by: &str,
 ) -> (Choice, String) {
     let order = contenders(queueing, emulated);
     let first_why = match emulated {
@@ -224,7 +244,7 @@ fn choose_as(
         history
             .iter()
             .filter(|l| {
-                l.mode == crate::store::mode::RUN
+                l.mode == timed_by
                     && l.wall_ms > 0.0
                     && l.strategy.as_deref() == Some(name)
                     && counts(l)
@@ -274,7 +294,7 @@ fn choose_as(
         Some(p) if p * (1.0 + SWITCH_MARGIN) <= best_ms => None,
         _ => Some(best),
     };
-    let auto_launches = runs(history);
+    let auto_launches = runs(history, timed_by);
     let every = EXPLORE_EVERY * SLOW_RETRY;
     let all_of_them = auto_launches % every == every - 1;
     if explore && auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
@@ -381,12 +401,10 @@ fn choose_as(
     )
 }
 
-/// The launches `run` timed untraced: what `auto` counts towards its exploring launches.
-fn runs(history: &[LaunchRecord]) -> usize {
-    history
-        .iter()
-        .filter(|l| l.mode == crate::store::mode::RUN)
-        .count()
+/// The launches of `mode` (`run`'s untraced ones, or the daemon's): what `auto` counts
+/// towards its exploring launches.
+fn runs(history: &[LaunchRecord], mode: &str) -> usize {
+    history.iter().filter(|l| l.mode == mode).count()
 }
 
 #[cfg(test)]
@@ -698,7 +716,7 @@ mod tests {
         h2.extend([173.0, 174.0, 175.0, 173.0, 176.0].map(|ms| rec_named(PLAIN, ms)));
         // 12 launches behind: not an exploring launch; make it one.
         h2.splice(0..0, [152.0, 153.0].map(|ms| rec(Strategy::Paralfetch, ms)));
-        while runs(&h2) % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
+        while runs(&h2, RUN) % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
             h2.insert(0, rec(Strategy::Paralfetch, 152.0));
         }
         let (c, why) = choose(&h2, true, None);
@@ -710,7 +728,7 @@ mod tests {
         // The plain launches a cold start's 2500 ms: 56% slower than the best.
         let h = thin_plain([1600.0, 1650.0, 1700.0], [2500.0, 2480.0]);
         assert_eq!(
-            runs(&h) % EXPLORE_EVERY,
+            runs(&h, RUN) % EXPLORE_EVERY,
             EXPLORE_EVERY - 1,
             "an exploring launch"
         );
@@ -747,6 +765,48 @@ mod tests {
         }
         let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Paralfetch), "{why}");
+    }
+
+    /// The daemon compares strategies by the launches it timed, `run` by its own: `run`'s
+    /// head start (its prefetch begins before the exec) decides neither's choice.
+    #[test]
+    fn the_daemon_and_run_each_choose_by_their_own_launches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = Store::open(&dir.path().join("ws.db")).unwrap();
+        let app = st
+            .upsert_app(&crate::app::AppKey::named(
+                "a",
+                std::path::Path::new("/usr/bin/x"),
+            ))
+            .unwrap();
+        let daemon = |s: Strategy, ms: f64| LaunchRecord {
+            mode: DAEMON.into(),
+            ..rec(s, ms)
+        };
+        // run: trace clearly fastest. The daemon: fast clearly fastest, paralfetch (the
+        // device class's first) timed too.
+        for ms in [100.0, 104.0] {
+            st.add_launch(app, &rec(Strategy::Paralfetch, ms + 40.0))
+                .unwrap();
+            st.add_launch(app, &rec(Strategy::Trace, ms)).unwrap();
+            st.add_launch(app, &daemon(Strategy::Paralfetch, ms + 60.0))
+                .unwrap();
+            st.add_launch(app, &daemon(Strategy::Fast, ms + 20.0))
+                .unwrap();
+        }
+        let (by_run, why) = choose_stored(&st, app, true).unwrap();
+        assert_eq!(by_run, Some(Strategy::Trace), "{why}");
+        let (by_daemon, why) = choose_for_daemon(&st, app, true).unwrap();
+        assert_eq!(by_daemon, Some(Strategy::Fast), "{why}");
+        assert!(why.contains("2 launches"), "{why}");
+        // Untimed daemon launches (an app still running at T_timeout, a checked launch) count
+        // for nothing but the exploring launches.
+        let mut h: Vec<LaunchRecord> = (0..4).map(|_| daemon(Strategy::Trace, 0.0)).collect();
+        h.push(daemon(Strategy::Paralfetch, 140.0));
+        h.push(daemon(Strategy::Paralfetch, 150.0));
+        let (c, why) = choose_as(&h, true, None, true, DAEMON);
+        assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
+        assert!(why.contains("over 2 launches"), "{why}");
     }
 
     #[test]
