@@ -446,6 +446,8 @@ fn record_then_run_prefetches_the_workload() {
     let rep = json(&o);
     assert!(rep["prefetch"]["data_bytes"].as_u64().unwrap() > 0, "{rep}");
     assert!(rep["prefetch"].get("lookups").is_some(), "{rep}");
+    // Its own peak memory (VmHWM), not a high-water mark inherited from its parent.
+    assert!(rep["peak_rss_kb"].as_u64().is_some_and(|k| k > 0), "{rep}");
 
     // A prefetched launch: far fewer major faults than cold.
     drop_caches();

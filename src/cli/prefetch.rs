@@ -33,7 +33,8 @@ pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
     if a.json {
         println!(
             "{}",
-            json!({"app": row.key, "total_ms": total_ms, "waited_ranges": waited, "prefetch": report})
+            json!({"app": row.key, "total_ms": total_ms, "waited_ranges": waited, "prefetch": report,
+                   "peak_rss_kb": crate::sys::peak_rss_kb()})
         );
     } else {
         println!(
