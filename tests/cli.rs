@@ -2658,6 +2658,13 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
             .collect();
         assert_eq!(timed.len(), 1, "{timed:?}");
         assert!(timed[0].auto && timed[0].strategy.is_some(), "{timed:?}");
+        // `plan show` says how the daemon chooses for it.
+        let o = run(sb
+            .ws()
+            .args(["plan", "show", exe.to_str().unwrap(), "--json"]));
+        assert!(o.status.success(), "{}", text(&o));
+        let why = json(&o)["why"].as_str().unwrap_or_default().to_string();
+        assert!(why.starts_with("auto, in the daemon: trying"), "{why}");
     }
     // Once its plans were built, the daemon ranked them by emulation for auto (issue #28).
     let t0 = Instant::now();

@@ -298,6 +298,15 @@ fn auto_choice(
         .device_facts(&dev)?
         .map(|f| f.queueing())
         .unwrap_or(true);
+    // The daemon chooses by its own launches: shown when the app's last launch was its.
+    let by_daemon = store
+        .launches(row.id, 1)?
+        .first()
+        .is_some_and(|l| l.mode == crate::store::mode::DAEMON);
+    if by_daemon {
+        let (s, why) = crate::schedule::auto::choose_for_daemon(store, row.id, queueing)?;
+        return Ok((s, format!("auto, in the daemon: {why}")));
+    }
     let (s, why) = crate::schedule::auto::choose_stored(store, row.id, queueing)?;
     Ok((s, format!("auto: {why}")))
 }

@@ -780,8 +780,8 @@ fn prefetch_launch(
     save_lifecycle(&mut s, app.id, &lc);
 }
 
-/// After a timed launch of an app on `auto`: if its choice for the next launch is another
-/// strategy now (an exploring launch, or a faster one found), the cached plan follows it.
+/// After a launch of an app on `auto`: if its choice for the next launch is another strategy
+/// now (an exploring launch, or a faster one found), the cached plan follows it.
 fn follow_auto(sh: &Shared, s: &Store, app: &AppRow, used: Strategy) {
     match choose_plan(s, app, sh.queueing) {
         Ok(Some((plan, strategy))) if strategy != used => {
