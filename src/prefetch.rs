@@ -2092,16 +2092,21 @@ mod tests {
         let Some((path, cached)) = evicted_file(dir.path()) else {
             return;
         };
-        let plan = plan_for(
-            vec![FileId::of(&path).unwrap()],
-            vec![Entry::Data {
-                file: 0,
-                offset: 0,
-                len: 4096,
-            }],
-        );
+        let plan = range_plan(&path, 0, 4096);
         assert_eq!(wait_resident(&plan), 1);
         assert_eq!(cached(), 1);
+    }
+
+    /// A plan of one data range of the file at `path`.
+    fn range_plan(path: &Path, offset: u64, len: u64) -> Plan {
+        plan_for(
+            vec![FileId::of(path).unwrap()],
+            vec![Entry::Data {
+                file: 0,
+                offset,
+                len,
+            }],
+        )
     }
 
     /// A planned range whose middle is not in memory (a readahead that ended early) is read
@@ -2112,14 +2117,7 @@ mod tests {
         let Some((path, cached)) = evicted_file(dir.path()) else {
             return;
         };
-        let plan = plan_for(
-            vec![FileId::of(&path).unwrap()],
-            vec![Entry::Data {
-                file: 0,
-                offset: 8 * 4096,
-                len: 64 * 4096,
-            }],
-        );
+        let plan = range_plan(&path, 8 * 4096, 64 * 4096);
         // The ends only: what a request cut short leaves.
         let f = std::fs::File::open(&path).unwrap();
         let mut b = [0u8; 1];
