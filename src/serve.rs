@@ -49,6 +49,32 @@ pub struct Served {
     pub waits: u64,
     /// When it exited, if it did while it was served (its launch time's end).
     pub exited_at: Option<Instant>,
+    /// The launch's pidfd, to wait for its end afterwards (`ended_before`).
+    pidfd: Option<OwnedFd>,
+}
+
+impl Served {
+    /// When the launch ended: as seen while it was served, else waited for (asleep) until
+    /// `deadline` at the most, looking at `stop` every 200 ms: the end of a launch timed as
+    /// `run` and the daemon time theirs. None if it runs on, or if `stop` says so first.
+    pub fn ended_before(&self, deadline: Instant, stop: &dyn Fn() -> bool) -> Option<Instant> {
+        if self.exited {
+            return Some(self.exited_at.unwrap_or_else(Instant::now));
+        }
+        let fd = self.pidfd.as_ref()?;
+        while !stop() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+            let ms = left.as_millis().min(200) as u16;
+            if matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
+                return Some(Instant::now());
+            }
+            if left.is_zero() {
+                break;
+            }
+        }
+        None
+    }
 }
 
 impl Serving {
@@ -175,30 +201,9 @@ impl Serving {
             exited,
             waits: self.waits,
             exited_at: self.exited_at,
+            pidfd: self.pidfd.take(),
         }
     }
-}
-
-/// When the process behind `pidfd` exits, waiting for it (asleep) until `deadline` at the
-/// most: the end of a launch timed as `run` and the daemon time theirs. None if it runs on,
-/// or if `stop` says so first (looked at every 200 ms).
-pub fn exit_before(
-    pidfd: std::os::fd::BorrowedFd<'_>,
-    deadline: Instant,
-    stop: &dyn Fn() -> bool,
-) -> Option<Instant> {
-    while !stop() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut fds = [PollFd::new(pidfd, PollFlags::POLLIN)];
-        let ms = left.as_millis().min(200) as u16;
-        if matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
-            return Some(Instant::now());
-        }
-        if left.is_zero() {
-            break;
-        }
-    }
-    None
 }
 
 /// Give back the CPUs of launches whose prefetcher was killed before it could (their notes

@@ -656,14 +656,14 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
     if let Err(e) = Deferred::signals().thread_unblock() {
         tracing::warn!("cannot unblock signals: {e}");
     }
-    let Ok(pidfd) = sys::pidfd_open(app_pid) else {
+    if sys::pidfd_open(app_pid).is_err() {
         // The application is already gone: what it left behind gets its CPUs back (the
         // note written for this prefetcher says what), and so do launches a killed
         // prefetcher pinned.
         placement::settle_started(std::path::Path::new(crate::trace::knobs::RUN_DIR));
         crate::serve::recover_placements();
         return 0;
-    };
+    }
     let entries = plan.entries.len();
     let stopped = || stop.load(Ordering::Relaxed) != 0;
     // The application pins itself before its exec (`cmd`).
@@ -683,23 +683,15 @@ fn prefetcher_main(job: Job, opts: PrefetchOptions, app_pid: i32, release: Optio
     }
     let exited = serving.watch(started, &stopped);
     // Dropping the hold on the way: the inode readahead setting is back once this returns.
-    let Served {
-        report,
-        waits,
-        exited_at,
-        ..
-    } = serving.finish(exited);
+    let served = serving.finish(exited);
     if stopped() {
         let sig = stop.load(Ordering::Relaxed) as i32;
         tracing::info!("prefetcher stopped by signal {sig}; this launch is not recorded");
         return 128 + sig;
     }
     // Keep watching (asleep, no CPU) to time launches that end within T_timeout.
-    let ended = if exited {
-        exited_at.or_else(|| Some(Instant::now()))
-    } else {
-        crate::serve::exit_before(pidfd.as_fd(), started + TIMED_LAUNCH, &stopped)
-    };
+    let ended = served.ended_before(started + TIMED_LAUNCH, &stopped);
+    let Served { report, waits, .. } = served;
     let rec = LaunchRecord {
         at_unix: crate::sys::now_unix(),
         mode: mode_of(traced).into(),

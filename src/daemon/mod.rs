@@ -554,8 +554,6 @@ fn prefetch_launch(
     cfg: &Config,
 ) {
     let active = ActiveGuard { sh, pid };
-    // Taken first: the launch's end times it (a pid alone could be another process's by then).
-    let pidfd = sys::pidfd_open(pid).ok();
     let started_mono = monotonic_ns();
     let opts = PrefetchOptions {
         jobs: cfg.jobs,
@@ -629,7 +627,7 @@ fn prefetch_launch(
         let exited = serving.watch(started, &|| sh.stop.load(Ordering::SeqCst));
         (serving.finish(exited), None)
     };
-    let report = served.report;
+    let report = &served.report;
     // Measured from the exec event's kernel time; a launch picked up at its exec open
     // can have started prefetching before that (a negative latency).
     let exec_ts = sh
@@ -650,20 +648,16 @@ fn prefetch_launch(
     // Timed as `run` times its launches, from the exec to the exit if that comes within
     // TIMED_LAUNCH, so that `auto` can compare strategies by the daemon's own launches; a
     // checked launch is slowed by its trace and is not timed.
-    let wall_ms = match (&pidfd, &checked) {
-        (Some(fd), None) => {
-            let ended = served.exited_at.or_else(|| {
-                let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
-                let deadline =
-                    Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec);
-                crate::serve::exit_before(fd.as_fd(), deadline, &|| sh.stop.load(Ordering::SeqCst))
-            });
-            ended.map_or(0.0, |t| {
-                let ago = t.elapsed().as_nanos() as u64;
-                monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
-            })
-        }
-        _ => 0.0,
+    let wall_ms = if checked.is_none() {
+        let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
+        let deadline = Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec);
+        let ended = served.ended_before(deadline, &|| sh.stop.load(Ordering::SeqCst));
+        ended.map_or(0.0, |t| {
+            let ago = t.elapsed().as_nanos() as u64;
+            monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
+        })
+    } else {
+        0.0
     };
     let Ok(mut s) = store(sh) else { return };
     let _lc = lc_guard(sh);
