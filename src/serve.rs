@@ -61,20 +61,25 @@ impl Served {
         if self.exited {
             return Some(self.exited_at.unwrap_or_else(Instant::now));
         }
-        let fd = self.pidfd.as_ref()?;
-        while !stop() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-            let ms = left.as_millis().min(200) as u16;
-            if matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
-                return Some(Instant::now());
-            }
-            if left.is_zero() {
-                break;
-            }
-        }
-        None
+        exit_before(self.pidfd.as_ref()?, deadline, stop)
     }
+}
+
+/// When the process of `pidfd` exited, waited for (asleep) until `deadline` at the most,
+/// looking at `stop` every 200 ms. None if it runs on, or if `stop` says so first.
+pub fn exit_before(pidfd: &OwnedFd, deadline: Instant, stop: &dyn Fn() -> bool) -> Option<Instant> {
+    while !stop() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        let ms = left.as_millis().min(200) as u16;
+        if matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0) {
+            return Some(Instant::now());
+        }
+        if left.is_zero() {
+            break;
+        }
+    }
+    None
 }
 
 impl Serving {

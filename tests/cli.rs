@@ -2611,6 +2611,99 @@ impl Drop for Daemon {
     }
 }
 
+/// Do no harm in automatic mode: an app whose plain launches the daemon timed clearly faster
+/// than every strategy's is launched plainly (nothing prefetched), and that launch is timed
+/// and recorded as plain, for `auto` to keep comparing.
+#[test]
+fn the_daemon_launches_plainly_when_plain_launches_win() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(16, 128);
+    let exe = sb.synth();
+    let launch = || {
+        let o = run(Command::new(&exe).args(&synth_launch(&app)[1..]));
+        assert!(o.status.success(), "{}", text(&o));
+        json(&o)
+    };
+    drop_caches();
+    let cold_faults = launch()["workload_major_faults"].as_u64().unwrap();
+    let config = daemon_config(&sb, &[exe.as_path()], 1000, 64);
+    let d = Daemon::start(&sb, &config);
+    d.wait_phase(&sb, "learning", || {
+        launch();
+    });
+    d.wait_phase(&sb, "prefetching", || {
+        launch();
+    });
+    // The daemon's timed launches so far: every strategy slow, plain launches fast.
+    let (id, before) = {
+        let mut store = Store::open(&sb.db()).unwrap();
+        let id = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap().id;
+        let timed = |name: &str, ms: f64| warmstart::store::LaunchRecord {
+            mode: "daemon".into(),
+            wall_ms: ms,
+            strategy: Some(name.into()),
+            auto: true,
+            ..Default::default()
+        };
+        for s in warmstart::schedule::Strategy::ALL {
+            for ms in [900.0, 910.0] {
+                store.add_launch(id, &timed(s.name(), ms)).unwrap();
+            }
+        }
+        for ms in [100.0, 101.0] {
+            store.add_launch(id, &timed("none", ms)).unwrap();
+        }
+        (id, store.launches(id, 100).unwrap().len())
+    };
+    // Reloaded: its plans and choices are read again.
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&d.log)
+        .unwrap_or_default()
+        .contains("configuration reloaded")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reload");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = run(sb
+        .ws()
+        .args(["plan", "show", exe.to_str().unwrap(), "--json"]));
+    let why = json(&o)["why"].as_str().unwrap_or_default().to_string();
+    assert!(
+        why.starts_with("auto, in the daemon: plain launch"),
+        "{why}"
+    );
+    drop_caches();
+    let faults = launch()["workload_major_faults"].as_u64().unwrap();
+    // Recorded once the daemon has seen the launch end.
+    let t0 = Instant::now();
+    let latest = loop {
+        let store = Store::open(&sb.db()).unwrap();
+        let l = store.launches(id, 100).unwrap();
+        if l.len() > before {
+            break l[0].clone();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "launch not recorded"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(latest.strategy.as_deref(), Some("none"), "{latest:?}");
+    assert_eq!(latest.mode, "daemon", "{latest:?}");
+    assert!(latest.wall_ms > 0.0, "{latest:?}");
+    // Cold, and nothing prefetched: it faulted its files in as a cold launch does.
+    assert!(
+        latest.resident_bytes.unwrap_or(u64::MAX) * 2 <= latest.prefetched_bytes,
+        "{latest:?}"
+    );
+    assert!(
+        faults * 2 > cold_faults,
+        "major faults: cold {cold_faults}, plain with the daemon {faults}"
+    );
+}
+
 #[test]
 fn daemon_learns_prefetches_checks_and_survives_faults() {
     let Some(_g) = privileged() else { return };

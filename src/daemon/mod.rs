@@ -101,7 +101,9 @@ pub struct DaemonOptions {
 struct Cached {
     app: AppRow,
     plan: Arc<Plan>,
-    strategy: Strategy,
+    /// How its next launch goes: a strategy's plan replayed, or (`None`) a plain launch,
+    /// `auto`'s choice when no strategy beats one in the daemon's launches.
+    strategy: auto::Choice,
     /// For an interpreter's app keyed by its script: the script, whose open for exec (its
     /// `#!` line names the interpreter) starts the launch before the interpreter's exec.
     script: Option<PathBuf>,
@@ -189,24 +191,26 @@ fn save_lifecycle(s: &mut Store, app: i64, lc: &Lifecycle) {
 
 /// The plan the daemon prefetches for an app: its default strategy's, else auto's choice,
 /// falling back to the launch-order plan. A corrupt row is an error: the app must relearn.
+/// The app's plan and how its next launch goes. A plain launch (`auto`'s `None`) keeps the
+/// app's plan too: its launches are looked at for how warm they are, and the strategy's
+/// launches `auto` re-tries need it. None when no plan is stored.
 fn choose_plan(
     s: &Store,
     app: &AppRow,
     queueing: bool,
-) -> Result<Option<(Arc<Plan>, Strategy)>, StoreError> {
-    let strategy = match app.strategy.as_deref().and_then(Strategy::parse) {
-        Some(st) => st,
-        None => match auto::choose_for_daemon(s, app.id, queueing).map(|c| c.0)? {
-            Some(st) => st,
-            // Prefetching does not pay for this app: nothing to prefetch.
-            None => return Ok(None),
-        },
+) -> Result<Option<(Arc<Plan>, auto::Choice)>, StoreError> {
+    let choice = match app.strategy.as_deref().and_then(Strategy::parse) {
+        Some(st) => Some(st),
+        None => auto::choose_for_daemon(s, app.id, queueing)?.0,
     };
-    let plan = match s.plan_for(app, strategy.name())? {
-        Some(p) => Some(p),
+    let plan = match choice {
+        Some(st) => match s.plan_for(app, st.name())? {
+            Some(p) => Some(p),
+            None => s.plan(app)?,
+        },
         None => s.plan(app)?,
     };
-    Ok(plan.map(|p| (Arc::new(p), strategy)))
+    Ok(plan.map(|p| (Arc::new(p), choice)))
 }
 
 fn refresh_cache(sh: &Shared) {
@@ -401,7 +405,7 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
     });
     match cached {
         Some((app, plan, strategy)) => handle(sh, pid, "warmstart-launch", move |sh| {
-            prefetch_launch(sh, pid, exec_ts, app, plan, strategy, &cfg)
+            serve_launch(sh, pid, exec_ts, app, plan, strategy, &cfg)
         }),
         None => {
             // Not an app yet: learned from its second launch within the window only.
@@ -539,8 +543,90 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
         tracing::debug!("{}: prefetched from its script's exec open", app.key);
     }
     handle(sh, pid, "warmstart-launch", move |sh| {
-        prefetch_launch(sh, pid, now, app, plan, strategy, &cfg)
+        serve_launch(sh, pid, now, app, plan, strategy, &cfg)
     });
+}
+
+/// A launch of an app with a plan, as `auto` chose for it: prefetched, or plain. A
+/// relearning app's launches are prefetched with its old plan (and traced to learn from)
+/// whatever the choice.
+fn serve_launch(
+    sh: &Arc<Shared>,
+    pid: i32,
+    exec_ts: u64,
+    app: AppRow,
+    plan: Arc<Plan>,
+    choice: auto::Choice,
+    cfg: &Config,
+) {
+    let relearning = || {
+        store(sh)
+            .map(|s| lifecycle(&s, app.id).phase == Phase::Learning)
+            .unwrap_or(false)
+    };
+    match choice {
+        Some(st) => prefetch_launch(sh, pid, exec_ts, app, plan, st, cfg),
+        None if relearning() => {
+            let st = auto::preference(sh.queueing)[0];
+            prefetch_launch(sh, pid, exec_ts, app, plan, st, cfg)
+        }
+        None => plain_launch(sh, pid, exec_ts, app, &plan),
+    }
+}
+
+/// The kernel time of `pid`'s exec event, for a launch picked up at its exec open (a
+/// script's open comes before its interpreter's exec), else `or`: the launches the daemon
+/// times are timed from their exec, however it found them.
+fn exec_event_ts(sh: &Shared, pid: i32, or: u64) -> u64 {
+    sh.early
+        .lock()
+        .ok()
+        .and_then(|e| e.get(&pid).and_then(|(_, ts)| *ts))
+        .unwrap_or(or)
+}
+
+/// A launch `auto` makes plain (no strategy beat a plain launch in the daemon's launches, or
+/// a plain launch is being timed): nothing prefetched, held or pinned. It is timed from its
+/// exec to its exit as a prefetched one is, with how much of its plan was in memory at the
+/// start, so that `auto` keeps comparing (and leaves a warm one out), as `run`'s plain
+/// launches are. Its whole tree is the launch until then: a child the daemon took for an app
+/// of its own would be prefetched behind the choice's back (soffice's `soffice.bin`).
+fn plain_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, app: AppRow, plan: &Plan) {
+    let _active = ActiveGuard { sh, pid };
+    let looked = crate::prefetch::sample_residency(plan);
+    let Ok(pidfd) = sys::pidfd_open(pid) else {
+        return; // gone already: nothing to time
+    };
+    let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
+    let deadline = Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec);
+    let ended = crate::serve::exit_before(&pidfd, deadline, &|| sh.stop.load(Ordering::SeqCst));
+    let exec_ts = exec_event_ts(sh, pid, exec_ts);
+    let wall_ms = ended.map_or(0.0, |t| {
+        let ago = t.elapsed().as_nanos() as u64;
+        monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
+    });
+    tracing::debug!("{}: plain launch, {wall_ms:.1} ms", app.key);
+    let Ok(mut s) = store(sh) else { return };
+    let _lc = lc_guard(sh);
+    let mut lc = lifecycle(&s, app.id);
+    lc.launches += 1;
+    save_lifecycle(&mut s, app.id, &lc);
+    let _ = s.add_launch(
+        app.id,
+        &LaunchRecord {
+            at_unix: crate::sys::now_unix(),
+            mode: crate::store::mode::DAEMON.into(),
+            wall_ms,
+            prefetched_bytes: looked.seen,
+            resident_bytes: Some(looked.cached),
+            strategy: Some(auto::PLAIN.into()),
+            auto: true,
+            ..LaunchRecord::default()
+        },
+    );
+    if lc.phase == Phase::Prefetching {
+        follow_auto(sh, &s, &app, None);
+    }
 }
 
 /// A prefetching launch; every N_chk-th is traced as well, to check the plan.
@@ -630,12 +716,7 @@ fn prefetch_launch(
     let report = &served.report;
     // Measured from the exec event's kernel time; a launch picked up at its exec open
     // can have started prefetching before that (a negative latency).
-    let exec_ts = sh
-        .early
-        .lock()
-        .ok()
-        .and_then(|e| e.get(&pid).and_then(|(_, ts)| *ts))
-        .unwrap_or(exec_ts);
+    let exec_ts = exec_event_ts(sh, pid, exec_ts);
     let first = started_mono as f64 + report.first_request_us * 1000.0;
     let latency_us = (first - exec_ts as f64) / 1000.0;
     if report.requests > 0 {
@@ -714,7 +795,7 @@ fn prefetch_launch(
         },
     );
     if app.strategy.is_none() {
-        follow_auto(sh, &s, &app, strategy);
+        follow_auto(sh, &s, &app, Some(strategy));
     }
     // A check whose trace failed still looks at the planned files (and is not retried at
     // every launch: a trace that keeps failing would otherwise keep a changed app from ever
@@ -776,14 +857,14 @@ fn prefetch_launch(
 
 /// After a launch of an app on `auto`: if its choice for the next launch is another strategy
 /// now (an exploring launch, or a faster one found), the cached plan follows it.
-fn follow_auto(sh: &Shared, s: &Store, app: &AppRow, used: Strategy) {
+fn follow_auto(sh: &Shared, s: &Store, app: &AppRow, used: auto::Choice) {
     match choose_plan(s, app, sh.queueing) {
         Ok(Some((plan, strategy))) if strategy != used => {
             tracing::info!(
                 "{}: auto: {} for the next launch (was {})",
                 app.key,
-                strategy.name(),
-                used.name()
+                auto::name_of(strategy),
+                auto::name_of(used)
             );
             if let Ok(mut p) = sh.plans.lock() {
                 if let Some(c) = p.get_mut(&app.key) {
@@ -1840,6 +1921,39 @@ mod tests {
         plan.files[0] = FileId::of(first).unwrap();
         plan.files[1] = FileId::of(second).unwrap();
         plan
+    }
+
+    /// Plain launches beat the strategies in the daemon's launches: the next launch is plain,
+    /// and the app keeps its plan (not sent back to learning as one without a plan).
+    #[test]
+    fn a_plain_choice_keeps_the_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = Store::open(&dir.path().join("ws.db")).unwrap();
+        let id = st
+            .upsert_app(&AppKey::named("a", Path::new("/usr/bin/x")))
+            .unwrap();
+        st.put_plan(id, &sample_plan()).unwrap();
+        let app = st.app_by_key("a").unwrap().unwrap();
+        let timed = |name: &str, ms: f64| LaunchRecord {
+            mode: crate::store::mode::DAEMON.into(),
+            wall_ms: ms,
+            strategy: Some(name.into()),
+            auto: true,
+            ..LaunchRecord::default()
+        };
+        let first = auto::preference(true)[0].name();
+        for ms in [200.0, 204.0] {
+            st.add_launch(id, &timed(first, ms)).unwrap();
+        }
+        let (plan, choice) = choose_plan(&st, &app, true).unwrap().unwrap();
+        assert_eq!(choice.map(|s| s.name()), Some(first));
+        assert!(!plan.entries.is_empty());
+        for ms in [150.0, 152.0] {
+            st.add_launch(id, &timed(auto::PLAIN, ms)).unwrap();
+        }
+        let (plan, choice) = choose_plan(&st, &app, true).unwrap().unwrap();
+        assert_eq!(choice, None);
+        assert_eq!(plan.entries, sample_plan().entries);
     }
 
     #[test]

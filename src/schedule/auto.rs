@@ -298,18 +298,19 @@ fn choose_as(
     let every = EXPLORE_EVERY * SLOW_RETRY;
     let all_of_them = auto_launches % every == every - 1;
     if explore && auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
-        // Candidates other than the choice: strategies, and a plain launch once timed.
+        // Candidates other than the choice: strategies, and a plain launch, timed or not: a
+        // launcher with no plain launches of its own (the daemon's start after the exec; a
+        // plan `run` uses that the daemon learned) would otherwise never find out that
+        // prefetching an app does harm.
         let mut others: Vec<Choice> = order.iter().map(|&s| Some(s)).collect();
-        if plain_ms.is_some() {
-            others.push(None);
-        }
+        others.push(None);
         others.retain(|c| *c != choice);
         let median_of = |c: Choice| match c {
             Some(s) => ranked.iter().find(|r| r.1 == s).map(|r| r.0),
             None => plain_ms,
         };
         let chosen_ms = median_of(choice).unwrap_or(best_ms);
-        let untried = |c: Choice| c.is_some_and(|s| samples(s.name()).len() < MIN_SAMPLES);
+        let untried = |c: Choice| samples(name_of(c)).len() < MIN_SAMPLES;
         let contender = |c: Choice| {
             all_of_them
                 || untried(c)
@@ -320,7 +321,8 @@ fn choose_as(
                     && plain_ms.is_some_and(|p| p <= chosen_ms * PLAIN_RETIME))
                 || median_of(c).is_some_and(|m| m <= chosen_ms * CONTENDER)
         };
-        // The candidate whose latest sample is oldest.
+        // The candidate whose latest sample is oldest, one without its timed launches first
+        // (a warm launch is a sample, but not a timed one).
         let age = |c: Choice| {
             history
                 .iter()
@@ -332,7 +334,7 @@ fn choose_as(
             .iter()
             .rev()
             .filter(|&&c| contender(c))
-            .max_by_key(|&&c| age(c))
+            .max_by_key(|&&c| (untried(c), age(c)))
         {
             let n = samples(name_of(c)).len();
             let what = if untried(c) {
@@ -432,6 +434,11 @@ mod tests {
             .collect()
     }
 
+    /// Two timed plain launches (`record`'s cold ones, say), far slower than the strategies.
+    fn baseline(ms: f64) -> Vec<LaunchRecord> {
+        vec![rec_named(PLAIN, ms), rec_named(PLAIN, ms)]
+    }
+
     #[test]
     fn explores_in_device_order_first() {
         let (s, why) = choose(&[], true, None);
@@ -439,32 +446,33 @@ mod tests {
         assert!(why.contains("trying"), "{why}");
         assert_eq!(choose(&[], false, None).0, Some(Strategy::Hybrid));
         // Timed twice: the first choice is kept; the others are tried only at the exploring
-        // launches (the one timed longest ago, device order first), never at the launches between.
+        // launches (the one timed longest ago, device order first, a never-timed plain launch
+        // after the strategies), never at the launches between.
         let mut h = vec![
             rec(Strategy::Paralfetch, 100.0),
             rec(Strategy::Paralfetch, 110.0),
         ];
         let mut tried = Vec::new();
-        while h.len() < 4 * EXPLORE_EVERY {
+        while h.len() < 6 * EXPLORE_EVERY {
             let (c, why) = choose(&h, true, None);
-            let s = c.expect("no plain samples");
             if h.len() % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
-                assert_eq!(s, Strategy::Paralfetch, "launch {}: {why}", h.len() + 1);
+                assert_eq!(
+                    c,
+                    Some(Strategy::Paralfetch),
+                    "launch {}: {why}",
+                    h.len() + 1
+                );
             } else {
                 assert!(why.contains("trying"), "{why}");
-                tried.push(s);
+                tried.push(name_of(c));
             }
-            h.insert(0, rec(s, 100.0));
+            h.insert(
+                0,
+                rec_named(name_of(c), if c.is_some() { 100.0 } else { 300.0 }),
+            );
         }
-        assert_eq!(
-            tried,
-            [
-                Strategy::Trace,
-                Strategy::Fast,
-                Strategy::Trace,
-                Strategy::Fast
-            ]
-        );
+        // The plain launch timed twice, and far slower: not tried again before the 50th.
+        assert_eq!(tried, ["trace", "fast", "none", "trace", "fast", "none"]);
     }
 
     fn ranking(times: &[(Strategy, f64)]) -> Ranking {
@@ -501,11 +509,14 @@ mod tests {
         let mut h = Vec::new();
         let mut timed = std::collections::BTreeSet::new();
         for _ in 0..6 * EXPLORE_EVERY * SLOW_RETRY {
-            let (c, why) = choose(&h, true, Some(&r));
-            let s = c.expect("no plain samples");
+            let (c, _) = choose(&h, true, Some(&r));
+            let Some(s) = c else {
+                // The plain launches are timed too (slow ones here).
+                h.insert(0, rec_named(PLAIN, 300.0));
+                continue;
+            };
             timed.insert(s.name());
             h.insert(0, rec(s, if s == Strategy::Trace { 100.0 } else { 130.0 }));
-            let _ = why;
         }
         assert_eq!(
             timed.into_iter().collect::<Vec<_>>(),
@@ -550,7 +561,10 @@ mod tests {
         let mut h = Vec::new();
         for _ in 0..60 {
             let (c, _) = choose(&h, true, None);
-            let s = c.expect("no plain launch without plain samples");
+            let Some(s) = c else {
+                h.insert(0, rec_named(PLAIN, 300.0));
+                continue;
+            };
             assert!(
                 !matches!(s, Strategy::Sorted | Strategy::Hybrid),
                 "{} tried after {} launches",
@@ -563,37 +577,37 @@ mod tests {
 
     #[test]
     fn then_keeps_the_fastest_and_sometimes_retries() {
-        let mut h = each_twice(
+        let mut h = baseline(300.0);
+        h.extend(each_twice(
             &[
                 (Strategy::Paralfetch, 100.0),
                 (Strategy::Trace, 90.0),
                 (Strategy::Fast, 95.0),
             ],
             2.0,
-        );
+        ));
         let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Trace), "{why}");
         assert!(why.contains("fastest"), "{why}");
         // With 9 automatic launches behind, the 10th explores: the contender (within 10% of
         // the best) sampled longest ago.
-        for _ in 0..3 {
-            h.insert(0, rec(Strategy::Trace, 91.0));
-        }
+        h.insert(0, rec(Strategy::Trace, 91.0));
         assert_eq!(h.len(), 9);
         let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Fast), "{why}");
         assert!(why.contains("re-trying"), "{why}");
         // Between those, no re-try at all when nothing else is close; every 50th launch
         // re-tries whatever was sampled longest ago, slow or not.
-        let mut lone = each_twice(
+        let mut lone = baseline(300.0);
+        lone.extend(each_twice(
             &[
                 (Strategy::Paralfetch, 150.0),
                 (Strategy::Fast, 160.0),
                 (Strategy::Trace, 50.0),
             ],
             0.0,
-        );
-        for _ in 0..13 {
+        ));
+        for _ in 0..11 {
             lone.insert(0, rec(Strategy::Trace, 50.0));
         }
         assert_eq!(lone.len(), 19);
@@ -807,6 +821,47 @@ mod tests {
         let (c, why) = choose_as(&h, true, None, true, DAEMON);
         assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
         assert!(why.contains("over 2 launches"), "{why}");
+    }
+
+    /// The daemon has no plain launches from `record`: it times some of its own at the
+    /// exploring launches, and stops prefetching an app whose plain launches are clearly
+    /// faster; a warm plain launch tells nothing and is tried again.
+    #[test]
+    fn the_daemon_times_plain_launches_and_stops_prefetching_when_they_win() {
+        let daemon = |name: &str, ms: f64| LaunchRecord {
+            mode: DAEMON.into(),
+            ..rec_named(name, ms)
+        };
+        let mut h: Vec<LaunchRecord> = (0..9).map(|_| daemon("paralfetch", 200.0)).collect();
+        // Explored so far: trace and fast, twice each (strategies go before a plain launch
+        // never timed).
+        h[3] = daemon("trace", 210.0);
+        h[6] = daemon("trace", 205.0);
+        h[1] = daemon("fast", 220.0);
+        h[5] = daemon("fast", 215.0);
+        let (c, why) = choose_as(&h, true, None, true, DAEMON);
+        assert_eq!(c, None, "{why}");
+        assert!(why.contains("trying none (0 of 2"), "{why}");
+        // A warm plain launch does not count: plain is still untried at the next exploring one.
+        let warm = LaunchRecord {
+            prefetched_bytes: 1000,
+            resident_bytes: Some(900),
+            ..daemon(PLAIN, 150.0)
+        };
+        h.insert(0, warm);
+        for _ in 0..9 {
+            h.insert(0, daemon("paralfetch", 200.0));
+        }
+        assert_eq!(choose_as(&h, true, None, true, DAEMON).0, None);
+        // Two cold plain launches 20% faster than every strategy: plain from now on.
+        h.insert(0, daemon(PLAIN, 160.0));
+        h.insert(0, daemon(PLAIN, 162.0));
+        let (c, why) = choose_as(&h, true, None, true, DAEMON);
+        assert_eq!(c, None, "{why}");
+        assert!(why.contains("plain launch: 161 ms"), "{why}");
+        // `run`'s launches are not the daemon's.
+        let (c, _) = choose_as(&h, true, None, true, RUN);
+        assert_eq!(c, Some(Strategy::Paralfetch));
     }
 
     #[test]
