@@ -228,11 +228,10 @@ pub fn recover_placements() {
 pub fn tree_waits(pid: i32) -> u64 {
     sys::tree_threads(pid)
         .into_iter()
-        .filter_map(|tid| std::fs::read_to_string(format!("/proc/{tid}/status")).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter_map(|tid| {
+            sys::status_field(Some(tid), "voluntary_ctxt_switches")?
+                .parse::<u64>()
+                .ok()
         })
         .sum()
 }

@@ -412,11 +412,25 @@ pub fn resident_pages(fd: BorrowedFd<'_>, len: u64) -> io::Result<Vec<bool>> {
 /// large one (the bench) starts with its parent's high-water mark there (218 MiB for a
 /// `/bin/true` spawned by a 200 MiB process, measured).
 pub fn peak_rss_kb() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status_field(None, "VmHWM")?
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// One field of `/proc/TID/status` (`tid` None: this process's), its value trimmed:
+/// `status_field(None, "VmHWM")` is "5428 kB". None if the task is gone or has no such field.
+pub fn status_field(tid: Option<i32>, field: &str) -> Option<String> {
+    let path = match tid {
+        Some(t) => format!("/proc/{t}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    let status = std::fs::read_to_string(path).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
 }
 
 /// Cached pages of a whole file, by path.
@@ -908,6 +922,20 @@ mod tests {
         }
         std::hint::black_box(&v);
         assert!(peak_rss_kb().unwrap() >= 64 * 1024);
+    }
+
+    #[test]
+    fn a_status_field_is_its_value_alone() {
+        let me = std::process::id().to_string();
+        assert_eq!(status_field(None, "Pid").as_deref(), Some(me.as_str()));
+        assert_eq!(
+            status_field(Some(std::process::id() as i32), "Tgid").as_deref(),
+            Some(me.as_str())
+        );
+        // A field's name is whole: "Vm" is not "VmHWM".
+        assert_eq!(status_field(None, "Vm"), None);
+        assert!(status_field(None, "VmHWM").unwrap().ends_with("kB"));
+        assert_eq!(status_field(Some(i32::MAX), "Pid"), None);
     }
 
     #[test]

@@ -61,10 +61,7 @@ fn is_warmstart(tgid: i32) -> bool {
 }
 
 fn tgid_of(tid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+    crate::sys::status_field(Some(tid), "Tgid")?.parse().ok()
 }
 
 impl LiveMiner {
