@@ -93,35 +93,17 @@ fn fires_for(opener: Option<&str>, comm: Option<&str>, exec: bool) -> bool {
 /// launch's plan holds it already.
 pub type LaunchOwned = Arc<dyn Fn(i32, &std::path::Path) -> bool + Send + Sync>;
 
-/// When the launch that process `pid` belongs to exec'd, if the daemon handled it (with its
-/// own plan): a burst such a launch reads after its trigger is that launch's start, not a
-/// burst to learn.
-pub type LaunchStart = Arc<dyn Fn(i32) -> Option<u64> + Send + Sync>;
-
-/// When the launch a burst is the start of exec'd, if it is one: its reader belongs to a
-/// launch the daemon handled that exec'd once the trigger was open (a launch that opens the
-/// trigger later, GIMP opening a PDF, makes a burst of its own).
-fn start_of_launch(
-    b: &super::miner::Burst,
-    launch_start: &(dyn Fn(i32) -> Option<u64> + Send + Sync),
-) -> Option<u64> {
-    b.reader
-        .and_then(launch_start)
-        .filter(|exec| *exec >= b.trigger.t)
-}
-
 /// Start the burst service; it runs until `stop` is set.
 pub fn spawn(
     db: PathBuf,
     settings: Settings,
     launch_owned: LaunchOwned,
-    launch_start: LaunchStart,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("warmstart-bursts".into())
         .spawn(move || {
-            if let Err(e) = serve(&db, &settings, &*launch_owned, &*launch_start, &stop) {
+            if let Err(e) = serve(&db, &settings, &*launch_owned, &stop) {
                 tracing::error!("bursts off: {e}");
             }
         })
@@ -131,7 +113,6 @@ fn serve(
     db: &std::path::Path,
     st: &Settings,
     launch_owned: &(dyn Fn(i32, &std::path::Path) -> bool + Send + Sync),
-    launch_start: &(dyn Fn(i32) -> Option<u64> + Send + Sync),
     stop: &Arc<AtomicBool>,
 ) -> Result<(), String> {
     let tfs = Tracefs::open().map_err(|e| e.to_string())?;
@@ -361,14 +342,6 @@ fn serve(
                 .and_then(|t| last_fired.get(&t.id))
                 .is_some_and(|at| at.elapsed() < 2 * st.check_after);
             if recent {
-                continue;
-            }
-            if let Some(exec) = start_of_launch(&b, launch_start) {
-                tracing::debug!(
-                    "bursts: the reads after {} are a launch's start ({} ms after the opening); left to its plan",
-                    b.trigger.path.display(),
-                    (exec - b.trigger.t) / 1_000_000
-                );
                 continue;
             }
             // Files under the private directories (`exclude_paths`) are not learned.
@@ -604,36 +577,6 @@ fn fire(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A burst read by a launch the daemon handled that exec'd after the trigger opened is
-    /// that launch's start; one it read after opening the trigger itself is a burst.
-    #[test]
-    fn a_launch_started_after_the_trigger_is_no_burst() {
-        let b = |t: u64, reader: Option<i32>| super::super::miner::Burst {
-            trigger: super::super::miner::Opened {
-                dev: Dev { major: 8, minor: 1 },
-                ino: 2,
-                path: "/usr/bin/date".into(),
-                t,
-                pid: 3,
-                comm: Some("date".into()),
-            },
-            alternatives: vec![],
-            reads: vec![],
-            start: t,
-            end: t + 1,
-            full: true,
-            reader,
-        };
-        let launch_start = |pid: i32| (pid == 7).then_some(1_000u64);
-        assert_eq!(
-            start_of_launch(&b(900, Some(7)), &launch_start),
-            Some(1_000)
-        );
-        assert_eq!(start_of_launch(&b(1_100, Some(7)), &launch_start), None);
-        assert_eq!(start_of_launch(&b(900, Some(8)), &launch_start), None);
-        assert_eq!(start_of_launch(&b(900, None), &launch_start), None);
-    }
     use crate::plan::Provenance;
     use crate::resolve::{FileId, FileKind};
 

@@ -118,8 +118,6 @@ struct Shared {
     tracing: Mutex<HashSet<String>>,
     /// Pids of launches being handled; an exec below one of them is part of that launch.
     active: Mutex<HashSet<i32>>,
-    /// Pids of the launches handled lately, and when each exec'd (`launch_start`).
-    served: Mutex<HashMap<i32, u64>>,
     tfs: Tracefs,
     /// A tracing setup ready to follow the next learning or checking launch.
     prepared: Mutex<Option<crate::trace::session::Prepared>>,
@@ -191,11 +189,11 @@ fn save_lifecycle(s: &mut Store, app: i64, lc: &Lifecycle) {
     }
 }
 
-/// How the daemon launches an app next, and the plan for it: its pinned strategy's, else
-/// auto's choice, falling back to the launch-order plan. A plain launch (`auto`'s `None`)
-/// keeps the launch-order plan: its launches are looked at for how warm they are, and the
-/// strategies `auto` re-tries need one. None when no plan is stored; a corrupt row is an
-/// error: the app must relearn.
+/// The plan the daemon prefetches for an app: its default strategy's, else auto's choice,
+/// falling back to the launch-order plan. A corrupt row is an error: the app must relearn.
+/// The app's plan and how its next launch goes. A plain launch (`auto`'s `None`) keeps the
+/// app's plan too: its launches are looked at for how warm they are, and the strategy's
+/// launches `auto` re-tries need it. None when no plan is stored.
 fn choose_plan(
     s: &Store,
     app: &AppRow,
@@ -334,46 +332,20 @@ fn launch_owned(sh: &Arc<Shared>) -> crate::cluster::service::LaunchOwned {
 }
 
 fn part_of_active(sh: &Shared, pid: i32) -> bool {
-    let lineage = lineage(pid);
-    sh.active
-        .lock()
-        .is_ok_and(|active| lineage.iter().any(|p| active.contains(p)))
-}
-
-/// `pid` and its ancestors, nearest first (at most 32; not init): read before a lock is
-/// taken, so that the launch path's `handle` never waits on /proc reads.
-fn lineage(pid: i32) -> Vec<i32> {
-    let mut out = vec![pid];
-    while out.len() < 32 {
-        match sys::parent_of(out[out.len() - 1]) {
-            Some(pp) if pp > 1 => out.push(pp),
-            _ => break,
+    let Ok(active) = sh.active.lock() else {
+        return false;
+    };
+    let mut p = pid;
+    for _ in 0..32 {
+        if active.contains(&p) {
+            return true;
+        }
+        match sys::parent_of(p) {
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
         }
     }
-    out
-}
-
-/// Launches handled this long ago still own what their processes read (`launch_start`).
-const SERVED_FOR: Duration = Duration::from_secs(120);
-/// At most this many handled launches are remembered (an exec storm forgets the oldest).
-const SERVED_CAP: usize = 4096;
-
-/// For the burst miner: when the launch the daemon handled that process `pid` belongs to
-/// (it or an ancestor, within `SERVED_FOR`) exec'd. A burst that a launch started after its
-/// trigger reads is that launch's start, which the daemon prefetches with the launch's plan:
-/// a script's `date` before its `pdflatex` became the trigger of pdflatex's 11 MB, fired at
-/// every `date` (docs/measurements.md, 2026-11-28).
-fn launch_start(sh: &Arc<Shared>) -> crate::cluster::service::LaunchStart {
-    let weak = Arc::downgrade(sh);
-    Arc::new(move |pid| {
-        let sh = weak.upgrade()?;
-        let lineage = lineage(pid);
-        let old = monotonic_ns().saturating_sub(SERVED_FOR.as_nanos() as u64);
-        let served = sh.served.lock().ok()?;
-        lineage
-            .iter()
-            .find_map(|p| served.get(p).copied().filter(|t| *t >= old))
-    })
+    false
 }
 
 struct ActiveGuard<'a> {
@@ -432,7 +404,7 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
             .map(|c| (c.app.clone(), c.plan.clone(), c.strategy))
     });
     match cached {
-        Some((app, plan, strategy)) => handle(sh, pid, exec_ts, "warmstart-launch", move |sh| {
+        Some((app, plan, strategy)) => handle(sh, pid, "warmstart-launch", move |sh| {
             serve_launch(sh, pid, exec_ts, app, plan, strategy, &cfg)
         }),
         None => {
@@ -447,34 +419,18 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
                 tracing::debug!("{}: first launch; learned from its second", key.key);
                 return;
             }
-            handle(sh, pid, exec_ts, "warmstart-learn", move |sh| {
+            handle(sh, pid, "warmstart-learn", move |sh| {
                 learn_launch(sh, pid, exec_ts, key, &cfg)
             })
         }
     }
 }
 
-/// Handle launch `pid`, exec'd at `exec_ts`, on a thread of its own, marking it active (its
-/// children are part of it) until the handler's guard drops; a thread that cannot start
-/// leaves nothing marked.
-fn handle(
-    sh: &Arc<Shared>,
-    pid: i32,
-    exec_ts: u64,
-    name: &str,
-    f: impl FnOnce(&Arc<Shared>) + Send + 'static,
-) {
+/// Handle launch `pid` on a thread of its own, marking it active (its children are part of
+/// it) until the handler's guard drops; a thread that cannot start leaves nothing marked.
+fn handle(sh: &Arc<Shared>, pid: i32, name: &str, f: impl FnOnce(&Arc<Shared>) + Send + 'static) {
     if let Ok(mut a) = sh.active.lock() {
         a.insert(pid);
-    }
-    if let Ok(mut s) = sh.served.lock() {
-        if s.len() >= SERVED_CAP {
-            let old = monotonic_ns().saturating_sub(SERVED_FOR.as_nanos() as u64);
-            s.retain(|_, t| *t >= old);
-        }
-        if s.len() < SERVED_CAP {
-            s.insert(pid, exec_ts);
-        }
     }
     if !spawn_worker(sh, name, f) {
         if let Ok(mut a) = sh.active.lock() {
@@ -586,7 +542,7 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
     if by_script {
         tracing::debug!("{}: prefetched from its script's exec open", app.key);
     }
-    handle(sh, pid, now, "warmstart-launch", move |sh| {
+    handle(sh, pid, "warmstart-launch", move |sh| {
         serve_launch(sh, pid, now, app, plan, strategy, &cfg)
     });
 }
@@ -1706,7 +1662,6 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         plans: Mutex::new(HashMap::new()),
         tracing: Mutex::new(HashSet::new()),
         active: Mutex::new(HashSet::new()),
-        served: Mutex::new(HashMap::new()),
         tfs,
         prepared: Mutex::new(None),
         queueing: facts.queueing(),
@@ -1734,7 +1689,6 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
             opts.db.clone(),
             settings,
             launch_owned(&sh),
-            launch_start(&sh),
             burst_stop.clone(),
         )
         .map_err(|e| tracing::error!("bursts off: cannot start their thread: {e}"))
@@ -1967,17 +1921,6 @@ mod tests {
         plan.files[0] = FileId::of(first).unwrap();
         plan.files[1] = FileId::of(second).unwrap();
         plan
-    }
-
-    #[test]
-    fn a_lineage_is_the_process_then_its_ancestors() {
-        let me = std::process::id() as i32;
-        let l = lineage(me);
-        assert_eq!(l[0], me);
-        if let Some(parent) = sys::parent_of(me).filter(|p| *p > 1) {
-            assert_eq!(l[1], parent);
-        }
-        assert!(!l.contains(&1) && l.len() <= 32, "{l:?}");
     }
 
     /// Plain launches beat the strategies in the daemon's launches: the next launch is plain,
