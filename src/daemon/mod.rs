@@ -585,6 +585,20 @@ fn exec_event_ts(sh: &Shared, pid: i32, or: u64) -> u64 {
         .unwrap_or(or)
 }
 
+/// Until when a launch that exec'd at `exec_ts` (monotonic ns) is timed: `TIMED_LAUNCH` on.
+fn timed_until(exec_ts: u64) -> Instant {
+    let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
+    Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec)
+}
+
+/// A launch's time from its exec to its end, ms; 0 (untimed) if it did not end in time.
+fn launch_ms(exec_ts: u64, ended: Option<Instant>) -> f64 {
+    ended.map_or(0.0, |t| {
+        let ago = t.elapsed().as_nanos() as u64;
+        monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
+    })
+}
+
 /// A launch `auto` makes plain (no strategy beat a plain launch in the daemon's launches, or
 /// a plain launch is being timed): nothing prefetched, held or pinned. It is timed from its
 /// exec to its exit as a prefetched one is, with how much of its plan was in memory at the
@@ -597,14 +611,10 @@ fn plain_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, app: AppRow, plan: &Pl
     let Ok(pidfd) = sys::pidfd_open(pid) else {
         return; // gone already: nothing to time
     };
-    let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
-    let deadline = Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec);
-    let ended = crate::serve::exit_before(&pidfd, deadline, &|| sh.stop.load(Ordering::SeqCst));
-    let exec_ts = exec_event_ts(sh, pid, exec_ts);
-    let wall_ms = ended.map_or(0.0, |t| {
-        let ago = t.elapsed().as_nanos() as u64;
-        monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
+    let ended = crate::serve::exit_before(&pidfd, timed_until(exec_ts), &|| {
+        sh.stop.load(Ordering::SeqCst)
     });
+    let wall_ms = launch_ms(exec_event_ts(sh, pid, exec_ts), ended);
     tracing::debug!("{}: plain launch, {wall_ms:.1} ms", app.key);
     let Ok(mut s) = store(sh) else { return };
     let _lc = lc_guard(sh);
@@ -730,13 +740,8 @@ fn prefetch_launch(
     // TIMED_LAUNCH, so that `auto` can compare strategies by the daemon's own launches; a
     // checked launch is slowed by its trace and is not timed.
     let wall_ms = if checked.is_none() {
-        let since_exec = Duration::from_nanos(monotonic_ns().saturating_sub(exec_ts));
-        let deadline = Instant::now() + crate::serve::TIMED_LAUNCH.saturating_sub(since_exec);
-        let ended = served.ended_before(deadline, &|| sh.stop.load(Ordering::SeqCst));
-        ended.map_or(0.0, |t| {
-            let ago = t.elapsed().as_nanos() as u64;
-            monotonic_ns().saturating_sub(ago).saturating_sub(exec_ts) as f64 / 1e6
-        })
+        let ended = served.ended_before(timed_until(exec_ts), &|| sh.stop.load(Ordering::SeqCst));
+        launch_ms(exec_ts, ended)
     } else {
         0.0
     };
