@@ -1140,6 +1140,24 @@ pub fn tree_of(pid: i32, max: usize) -> Vec<i32> {
     out
 }
 
+/// Every thread of `pid` and of its descendants (`tree_of`, at most `max` processes), from
+/// /proc: the pid itself first when it is alive.
+pub fn tasks_of_tree(pid: i32, max: usize) -> Vec<i32> {
+    let mut out = Vec::new();
+    for p in tree_of(pid, max) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        let mut tids: Vec<i32> = tasks
+            .filter_map(Result::ok)
+            .filter_map(|t| t.file_name().to_str()?.parse().ok())
+            .collect();
+        tids.sort_unstable_by_key(|&t| (t != p, t));
+        out.extend(tids);
+    }
+    out
+}
+
 /// All live descendants of `pid`, from the ppid links in /proc.
 pub fn descendants(pid: i32) -> Vec<i32> {
     let mut parent = Vec::new();
@@ -1193,6 +1211,24 @@ mod proc_tests {
     fn ppid_is_read_after_the_command_name() {
         assert_eq!(stat_field::<i32>("42 (a) b) c) S 7 42 42 0", 4), Some(7));
         assert_eq!(stat_field::<i32>("garbage", 4), None);
+    }
+
+    #[test]
+    fn the_tasks_of_a_tree_are_its_processes_threads() {
+        let me = std::process::id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let tasks = tasks_of_tree(me, 64);
+        assert_eq!(tasks[0], me);
+        assert!(tasks.contains(&tid), "{tasks:?} lacks {tid}");
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!(tasks_of_tree(i32::MAX, 64).is_empty());
     }
 
     #[test]

@@ -343,6 +343,18 @@ impl Instance {
             .map_err(|e| TraceError::io(&p, e))
     }
 
+    /// Write without truncating: for the files where that adds to what they hold
+    /// (`set_event_pid`), not replaces it.
+    pub fn append(&self, rel: &str, value: &str) -> Result<(), TraceError> {
+        let p = self.dir.join(rel);
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .map_err(|e| TraceError::io(&p, e))?;
+        f.write_all(value.as_bytes())
+            .map_err(|e| TraceError::io(&p, e))
+    }
+
     pub fn read(&self, rel: &str) -> Result<String, TraceError> {
         let p = self.dir.join(rel);
         read_tracefs(&p).map_err(|e| TraceError::io(&p, e))
