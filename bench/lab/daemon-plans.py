@@ -4,13 +4,16 @@
     daemon-plans.py [--cold] [APP...]       (root; after a `warmstart bench` run; KEEP=1
                                             keeps each daemon's database and log;
                                             EXTRA_CONFIG="bursts = false;..." adds
-                                            configuration lines)
+                                            configuration lines; CHURN=1 makes and removes
+                                            a tracefs instance in a loop meanwhile)
 
 For each batch app of bench/suite.toml (ready = "exit"; default all of them) it starts a
 daemon with its own database and a configuration managing only that app's executable, then
 launches the app plainly as a user would: once after a cache drop (the daemon only remembers
 a first launch), then warm until the daemon has built a plan (`--cold`: every launch after
-a cache drop). It then compares the daemon's launch-order plan with the one `record` made
+a cache drop). With CHURN=1 a shell loop makes and removes a tracefs instance without pause
+while it runs, holding the kernel's tracing locks as another tracer on the machine does: the
+daemon's attach to a launch then takes 30-200 ms instead of under one. It then compares the daemon's launch-order plan with the one `record` made
 in the bench's database (`warmstart plan compare`): file data in common, each way.
 """
 import json, os, shutil, subprocess, sys, tempfile, time, tomllib
@@ -39,6 +42,12 @@ def drop_caches():
 def ws(*a):
     return subprocess.run([WS, *a], capture_output=True, text=True)
 
+
+churn = None
+if os.environ.get("CHURN"):
+    inst = f"/sys/kernel/tracing/instances/ws-dplans-churn-{os.getpid()}"
+    churn = subprocess.Popen(["sh", "-c", f"trap 'rmdir {inst} 2>/dev/null; exit 0' TERM; "
+                              f"while :; do mkdir {inst} 2>/dev/null; rmdir {inst} 2>/dev/null; done"])
 
 rows = []
 for app in apps:
@@ -84,7 +93,12 @@ for app in apps:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
+if churn:
+    churn.terminate()
+    churn.wait(timeout=30)
+
 mode = "every launch cold" if cold_learning else "first launch cold, then warm"
+mode += ", tracefs instances churned meanwhile" if churn else ""
 print(f"daemon plans ({mode}) against record's (bench database {BENCH_DB}), launch-order plans")
 print(f"| app | launches | daemon MiB | record MiB | in common MiB | daemon's in record's | record's in daemon's |")
 print("|---|---:|---:|---:|---:|---:|---:|")
