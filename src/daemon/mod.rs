@@ -189,11 +189,11 @@ fn save_lifecycle(s: &mut Store, app: i64, lc: &Lifecycle) {
     }
 }
 
-/// The plan the daemon prefetches for an app: its default strategy's, else auto's choice,
-/// falling back to the launch-order plan. A corrupt row is an error: the app must relearn.
-/// The app's plan and how its next launch goes. A plain launch (`auto`'s `None`) keeps the
-/// app's plan too: its launches are looked at for how warm they are, and the strategy's
-/// launches `auto` re-tries need it. None when no plan is stored.
+/// How the daemon launches an app next, and the plan for it: its pinned strategy's, else
+/// auto's choice, falling back to the launch-order plan. A plain launch (`auto`'s `None`)
+/// keeps the launch-order plan: its launches are looked at for how warm they are, and the
+/// strategies `auto` re-tries need one. None when no plan is stored; a corrupt row is an
+/// error: the app must relearn.
 fn choose_plan(
     s: &Store,
     app: &AppRow,
