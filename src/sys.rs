@@ -1115,15 +1115,36 @@ pub fn tree_threads(pid: i32) -> Vec<i32> {
 /// `pid` and its live descendants, at most `max`, from the kernel's lists of each thread's
 /// children (`/proc/PID/task/TID/children`): no scan of all of /proc.
 pub fn tree_of(pid: i32, max: usize) -> Vec<i32> {
+    walk_tree(pid, max).0
+}
+
+/// Every thread of `pid` and of its descendants (`tree_of`, at most `max` processes), from
+/// /proc: the pid itself first when it is alive.
+pub fn tasks_of_tree(pid: i32, max: usize) -> Vec<i32> {
+    walk_tree(pid, max).1
+}
+
+/// One walk down from `pid` for both: its processes (at most `max`), and the threads of each
+/// process alive, its own tid first.
+fn walk_tree(pid: i32, max: usize) -> (Vec<i32>, Vec<i32>) {
     let mut out = vec![pid];
+    let mut threads = Vec::new();
     let mut i = 0;
-    while i < out.len() && out.len() < max {
+    while i < out.len() {
         let p = out[i];
         i += 1;
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
             continue;
         };
+        let mut tids = Vec::new();
         for t in tasks.filter_map(Result::ok) {
+            let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            tids.push(tid);
+            if out.len() >= max {
+                continue;
+            }
             let Ok(kids) = std::fs::read_to_string(t.path().join("children")) else {
                 continue;
             };
@@ -1136,26 +1157,10 @@ pub fn tree_of(pid: i32, max: usize) -> Vec<i32> {
                 }
             }
         }
-    }
-    out
-}
-
-/// Every thread of `pid` and of its descendants (`tree_of`, at most `max` processes), from
-/// /proc: the pid itself first when it is alive.
-pub fn tasks_of_tree(pid: i32, max: usize) -> Vec<i32> {
-    let mut out = Vec::new();
-    for p in tree_of(pid, max) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
-            continue;
-        };
-        let mut tids: Vec<i32> = tasks
-            .filter_map(Result::ok)
-            .filter_map(|t| t.file_name().to_str()?.parse().ok())
-            .collect();
         tids.sort_unstable_by_key(|&t| (t != p, t));
-        out.extend(tids);
+        threads.extend(tids);
     }
-    out
+    (out, threads)
 }
 
 /// All live descendants of `pid`, from the ppid links in /proc.

@@ -332,20 +332,24 @@ fn launch_owned(sh: &Arc<Shared>) -> crate::cluster::service::LaunchOwned {
 }
 
 fn part_of_active(sh: &Shared, pid: i32) -> bool {
-    let Ok(active) = sh.active.lock() else {
-        return false;
-    };
-    let mut p = pid;
-    for _ in 0..32 {
-        if active.contains(&p) {
-            return true;
-        }
-        match sys::parent_of(p) {
-            Some(pp) if pp > 1 => p = pp,
-            _ => return false,
+    let lineage = lineage(pid);
+    sh.active
+        .lock()
+        .is_ok_and(|active| lineage.iter().any(|p| active.contains(p)))
+}
+
+/// `pid` and its ancestors, nearest first (at most 32; not init): read before the `active`
+/// lock is taken, so that the exec path's `handle` never waits on another thread's /proc
+/// reads.
+fn lineage(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    while out.len() < 32 {
+        match sys::parent_of(out[out.len() - 1]) {
+            Some(pp) if pp > 1 => out.push(pp),
+            _ => break,
         }
     }
-    false
+    out
 }
 
 struct ActiveGuard<'a> {
@@ -1926,6 +1930,17 @@ mod tests {
         plan.files[0] = FileId::of(first).unwrap();
         plan.files[1] = FileId::of(second).unwrap();
         plan
+    }
+
+    #[test]
+    fn a_lineage_is_the_process_then_its_ancestors() {
+        let me = std::process::id() as i32;
+        let l = lineage(me);
+        assert_eq!(l[0], me);
+        if let Some(parent) = sys::parent_of(me).filter(|p| *p > 1) {
+            assert_eq!(l[1], parent);
+        }
+        assert!(!l.contains(&1) && l.len() <= 32, "{l:?}");
     }
 
     /// Plain launches beat the strategies in the daemon's launches: the next launch is plain,
