@@ -717,11 +717,21 @@ fn used_pages(runs: &[RawRun]) -> HashSet<(Target, u64)> {
 /// converting and editing) keeps the files of each way once two launches have shown it,
 /// while a file a single launch read (its document) stays out. A page takes its place and
 /// time from the first run that has it.
+///
+/// Metadata (directory and inode-table blocks, inode loads) shows only in what a launch read
+/// from disk: a warm or prefetched launch shows the part that was not in memory, a different
+/// part each time, so a mostly warm run is no evidence against it, and its support counts
+/// only the runs that were not mostly warm (at least one). Counted over every run, the bench
+/// daemon's plans, learned from warm launches and prefetched cold checks, kept 7 of python's
+/// 55 inodes by handle and 5 of java's 10 directory listings (docs/measurements.md,
+/// 2026-11-28, fourth entry).
 pub fn extract_supported(runs: &[RawRun], support: usize) -> LaunchSequence {
     let support = support.clamp(1, runs.len().max(1));
     if runs.is_empty() {
         return LaunchSequence::default();
     }
+    let cold_runs = runs.iter().filter(|r| !r.mostly_warm()).count();
+    let meta_support = support.min(cold_runs.max(1));
     let mut files: HashMap<Target, usize> = HashMap::new();
     let mut meta: HashMap<(Target, u64), usize> = HashMap::new();
     for r in runs {
@@ -741,7 +751,7 @@ pub fn extract_supported(runs: &[RawRun], support: usize) -> LaunchSequence {
     }
     let kept = |k: &(Target, u64)| match k.0 {
         Target::File { .. } => files.get(&k.0).is_some_and(|n| *n >= support),
-        Target::Meta { .. } => meta.get(k).is_some_and(|n| *n >= support),
+        Target::Meta { .. } => meta.get(k).is_some_and(|n| *n >= meta_support),
     };
     let used_anywhere = used_pages(runs);
     let mut b = Builder::default();
@@ -785,10 +795,9 @@ pub fn extract_supported(runs: &[RawRun], support: usize) -> LaunchSequence {
     let mut dir_opens = Vec::new();
     for r in runs {
         inode_loads.extend(
-            r.inode_loads
-                .iter()
-                .copied()
-                .filter(|l| n_inode[&(l.dev, l.ino)] >= support && seen_i.insert((l.dev, l.ino))),
+            r.inode_loads.iter().copied().filter(|l| {
+                n_inode[&(l.dev, l.ino)] >= meta_support && seen_i.insert((l.dev, l.ino))
+            }),
         );
         dir_opens.extend(
             r.opens
@@ -1206,6 +1215,29 @@ mod tests {
             extract(&[cold, warm]).accesses,
             vec![acc(f(1), 0, 3, 0), acc(f(2), 0, 2, 10)]
         );
+    }
+
+    #[test]
+    fn a_warm_run_does_not_outvote_a_cold_runs_metadata() {
+        let meta = |page, t| acc(Target::Meta { bdev: D }, page, 1, t);
+        let load = |ino, t| InodeLoad { t, dev: D, ino };
+        let mut cold = run(vec![meta(7, 0), acc(f(1), 0, 4, 1), meta(9, 2)]);
+        cold.inode_loads = vec![load(5, 0), load(6, 2)];
+        // Warm: its pages were in memory, so it read neither metadata nor inodes.
+        let warm = run(vec![Access {
+            from_disk: false,
+            ..acc(f(1), 0, 4, 1)
+        }]);
+        assert!(warm.mostly_warm() && !cold.mostly_warm());
+        let s = extract_supported(&[cold.clone(), warm.clone()], 2);
+        assert_eq!(s.accesses, vec![meta(7, 0), acc(f(1), 0, 4, 1), meta(9, 2)]);
+        assert_eq!(s.inode_loads, vec![load(5, 0), load(6, 2)]);
+        // Among cold runs the support holds: what one of two read stays out.
+        let mut cold2 = run(vec![meta(7, 0), acc(f(1), 0, 4, 1)]);
+        cold2.inode_loads = vec![load(5, 0)];
+        let s = extract_supported(&[cold, warm, cold2], 2);
+        assert_eq!(s.accesses, vec![meta(7, 0), acc(f(1), 0, 4, 1)]);
+        assert_eq!(s.inode_loads, vec![load(5, 0)]);
     }
 
     #[test]
