@@ -720,11 +720,12 @@ fn used_pages(runs: &[RawRun]) -> HashSet<(Target, u64)> {
 ///
 /// Metadata (directory and inode-table blocks, inode loads) shows only in what a launch read
 /// from disk: a warm or prefetched launch shows the part that was not in memory, a different
-/// part each time, so a mostly warm run is no evidence against it, and its support counts
-/// only the runs that were not mostly warm (at least one). Counted over every run, the bench
-/// daemon's plans, learned from warm launches and prefetched cold checks, kept 7 of python's
-/// 55 inodes by handle and 5 of java's 10 directory listings (docs/measurements.md,
-/// 2026-11-28, fourth entry).
+/// part each time, so a mostly warm run is no evidence against it: a block or inode load
+/// needs as many runs as read at least half of their pages from disk (at least one, at most
+/// `support`), whichever runs they are. With `support` runs, the bench daemon's plans,
+/// learned from warm launches and prefetched cold checks, kept 7 of python's 55 inodes by
+/// handle and 5 of java's 10 directory listings (docs/measurements.md, 2026-11-28, fourth
+/// entry).
 pub fn extract_supported(runs: &[RawRun], support: usize) -> LaunchSequence {
     let support = support.clamp(1, runs.len().max(1));
     if runs.is_empty() {

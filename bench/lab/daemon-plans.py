@@ -13,8 +13,9 @@ launches the app plainly as a user would: once after a cache drop (the daemon on
 a first launch), then warm until the daemon has built a plan (`--cold`: every launch after
 a cache drop). With CHURN=1 a shell loop makes and removes a tracefs instance without pause
 while it runs, holding the kernel's tracing locks as another tracer on the machine does: the
-daemon's attach to a launch then takes 30-200 ms instead of under one. It then compares the daemon's launch-order plan with the one `record` made
-in the bench's database (`warmstart plan compare`): file data in common, each way.
+daemon's attach to a launch then takes 30-200 ms instead of under one. It then compares the
+daemon's launch-order plan with the one `record` made in the bench's database (`warmstart
+plan compare`): file data in common, each way.
 """
 import json, os, shutil, subprocess, sys, tempfile, time, tomllib
 
