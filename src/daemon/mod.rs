@@ -140,6 +140,9 @@ struct Shared {
     known: Mutex<HashSet<String>>,
     /// Commands launched once, not yet apps: when (`learn_window`), at most `SEEN_CAP`.
     seen: Mutex<HashMap<String, Instant>>,
+    /// Processes (and their ancestors) that opened a burst's trigger the burst service could
+    /// prefetch, and when: a launch among them is not timed as a plain one (`timed_plain`).
+    burst_openers: Mutex<HashMap<i32, Instant>>,
 }
 
 /// First launches remembered at once; the oldest go first. A storm of distinct one-off
@@ -323,11 +326,41 @@ fn launch_owned(sh: &Arc<Shared>) -> crate::cluster::service::LaunchOwned {
         let Some(sh) = weak.upgrade() else {
             return false;
         };
-        part_of_active(&sh, pid)
+        let lineage = lineage(pid);
+        let owned = sh
+            .active
+            .lock()
+            .is_ok_and(|active| lineage.iter().any(|p| active.contains(p)))
             || sh.plans.lock().is_ok_and(|p| {
                 p.values()
                     .any(|c| Path::new(&c.app.exe) == path || c.script.as_deref() == Some(path))
-            })
+            });
+        if !owned {
+            note_burst_openers(&sh.burst_openers, &lineage);
+        }
+        owned
+    })
+}
+
+/// How long a burst's opener is remembered: a launch's trigger opens at its exec, before the
+/// daemon learns from it.
+const BURST_OPENER_KEEP: Duration = Duration::from_secs(60);
+
+fn note_burst_openers(openers: &Mutex<HashMap<i32, Instant>>, lineage: &[i32]) {
+    if let Ok(mut o) = openers.lock() {
+        o.retain(|_, at| at.elapsed() < BURST_OPENER_KEEP);
+        let now = Instant::now();
+        for &p in lineage {
+            o.insert(p, now);
+        }
+    }
+}
+
+/// Whether a burst may have been prefetched for `pid`'s launch (see `burst_openers`).
+fn burst_opened_by(openers: &Mutex<HashMap<i32, Instant>>, pid: i32) -> bool {
+    openers.lock().is_ok_and(|o| {
+        o.get(&pid)
+            .is_some_and(|at| at.elapsed() < BURST_OPENER_KEEP)
     })
 }
 
@@ -1416,6 +1449,14 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         }
     };
     tracing::info!("{}: learning launch {n}/{}", key.key, cfg.n_rawseq);
+    // A burst prefetched beside it (the service mines a command's first launch, and fires
+    // at the next one's trigger): not a plain launch, however much of it was read from disk.
+    if let Some(l) = timed_plain(&run).filter(|_| !burst_opened_by(&sh.burst_openers, pid)) {
+        tracing::debug!("{}: a cold learning launch, {:.1} ms", key.key, l.wall_ms);
+        if let Err(e) = s.add_launch(app.id, &l) {
+            tracing::warn!("{}: could not store a launch: {e}", key.key);
+        }
+    }
     if n < cfg.n_rawseq as usize {
         save_lifecycle(&mut s, app.id, &lc);
         return;
@@ -1431,6 +1472,37 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
             rank_plans(sh, &mut s, &app);
         }
     }
+}
+
+/// A learning launch as `auto` counts a plain one, if it was one: nothing prefetched it, it
+/// read at least half of what it touched from disk (a warm one tells nothing of a cold
+/// start) and its trace ended at its exit within `TIMED_LAUNCH`, so that its time is the
+/// launch's, from the exec to the exit. The daemon's `auto` needs timed plain launches to
+/// find out that prefetching an app does harm; without these it timed two at its exploring
+/// launches, each a cold start: in a daemon bench run five apps' rounds each held one (python
+/// 3596 ms against 1572-2117; docs/measurements.md, 2026-11-28, fifth entry).
+/// Traced, such a launch is no faster than a plain one: `auto` errs towards prefetching. Not
+/// one a burst was prefetched beside (the caller's `burst_opened_by`): with the burst service
+/// on (the default) that is most learning launches, whose first launch it mined as a burst
+/// (bench/lab/daemon-cold-loop.py: npm and R, both learning launches of each).
+fn timed_plain(run: &RawRun) -> Option<LaunchRecord> {
+    let timed = run.ended == crate::trace::EndReason::Exited
+        && run.duration_ns > 0
+        && run.duration_ns < crate::serve::TIMED_LAUNCH.as_nanos() as u64;
+    if !timed || run.mostly_warm() {
+        return None;
+    }
+    let touched: u64 = run.accesses.iter().map(|a| a.pages * run.page_size).sum();
+    Some(LaunchRecord {
+        at_unix: crate::sys::now_unix(),
+        mode: crate::store::mode::DAEMON.into(),
+        wall_ms: run.duration_ns as f64 / 1e6,
+        // What `auto::counts` weighs: of the bytes the launch touched, those it found cached.
+        prefetched_bytes: touched,
+        resident_bytes: Some(touched.saturating_sub(run.disk_bytes())),
+        strategy: Some(auto::PLAIN.into()),
+        ..LaunchRecord::default()
+    })
 }
 
 /// What `build_plans` did.
@@ -1682,6 +1754,7 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         early: Mutex::new(HashMap::new()),
         known: Mutex::new(HashSet::new()),
         seen: Mutex::new(HashMap::new()),
+        burst_openers: Mutex::new(HashMap::new()),
     });
     refresh_cache(&sh);
     if let Ok(c) = sh.cfg.read() {
@@ -1922,6 +1995,64 @@ mod tests {
             usage: Default::default(),
             started_unix_ms: 0,
         }
+    }
+
+    /// A launch whose process (or a descendant) opened a burst's trigger is remembered as one
+    /// a burst may have been prefetched beside; others are not.
+    #[test]
+    fn a_bursts_opener_and_its_ancestors_are_remembered() {
+        let openers = Mutex::new(HashMap::new());
+        note_burst_openers(&openers, &[30, 20, 10]);
+        assert!(burst_opened_by(&openers, 30) && burst_opened_by(&openers, 10));
+        assert!(!burst_opened_by(&openers, 40));
+        openers
+            .lock()
+            .unwrap()
+            .insert(50, Instant::now() - BURST_OPENER_KEEP);
+        assert!(!burst_opened_by(&openers, 50), "forgotten after a while");
+        note_burst_openers(&openers, &[60]);
+        assert!(!openers.lock().unwrap().contains_key(&50), "and pruned");
+    }
+
+    /// A cold learning launch that ended at its exit is a timed plain launch for `auto`; a
+    /// warm one, one cut by idleness or one past `TIMED_LAUNCH` is not.
+    #[test]
+    fn a_cold_learning_launch_is_a_timed_plain_one() {
+        let acc = |page, from_disk| Access {
+            target: Target::File {
+                dev: sys::Dev { major: 8, minor: 1 },
+                ino: 7,
+            },
+            page,
+            pages: 10,
+            t: 0,
+            from_disk,
+            used: true,
+        };
+        let mut cold = run_with(vec![acc(0, true), acc(10, true), acc(20, false)], 0);
+        cold.duration_ns = 250_000_000;
+        let l = timed_plain(&cold).expect("a cold launch that exited is timed");
+        assert_eq!(l.strategy.as_deref(), Some(auto::PLAIN));
+        assert_eq!(l.mode, crate::store::mode::DAEMON);
+        assert_eq!(l.wall_ms, 250.0);
+        assert_eq!(
+            (l.prefetched_bytes, l.resident_bytes),
+            (30 * 4096, Some(10 * 4096))
+        );
+        assert!(auto::counts(&l), "{l:?}");
+        let mut warm = run_with(vec![acc(0, true), acc(10, false), acc(20, false)], 0);
+        warm.duration_ns = 250_000_000;
+        assert_eq!(timed_plain(&warm), None, "a warm launch compares nothing");
+        let mut idle = cold.clone();
+        idle.ended = EndReason::Idle;
+        assert_eq!(timed_plain(&idle), None, "its time is not the launch's");
+        let mut long = cold.clone();
+        long.duration_ns = crate::serve::TIMED_LAUNCH.as_nanos() as u64;
+        assert_eq!(
+            timed_plain(&long),
+            None,
+            "not timed, as `run` times none so long"
+        );
     }
 
     /// `sample_plan` over two real files (its data entries are of the first).

@@ -808,6 +808,7 @@ fn stream_attached(
     let pidfd = sys::pidfd_open(pid).ok();
     let mut last_access = monotonic_ns();
     let ended;
+    let mut end_ts;
     loop {
         // Sleep on the process's exit (or 20 ms) rather than polling blindly.
         let gone = match &pidfd {
@@ -824,6 +825,9 @@ fn stream_attached(
                 !Path::new(&format!("/proc/{pid}")).exists()
             }
         };
+        // Before the buffers are read: the launch's end, to the millisecond, for the daemon
+        // to time a learning launch by (reading them can take milliseconds more).
+        end_ts = monotonic_ns();
         if let Some(t) = tr.poll()? {
             last_access = last_access.max(t);
         }
@@ -837,10 +841,10 @@ fn stream_attached(
         }
         if let Some(r) = stop_reason(monotonic_ns(), start_ts, last_access, cfg) {
             ended = r;
+            end_ts = monotonic_ns();
             break;
         }
     }
-    let end_ts = monotonic_ns();
     let c = tr.finish(cfg.buffer_kb)?;
     Ok(TracedLaunch {
         root_pid: pid,
