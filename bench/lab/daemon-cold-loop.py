@@ -16,48 +16,16 @@ launch). It prints the daemon's launches as its database holds them: per launch 
 times this script measured of the launches the daemon made plain by choice, and of the rest
 after learning.
 """
-import json, os, shutil, sqlite3, statistics, subprocess, sys, tempfile, time, tomllib
+import json, os, shutil, sqlite3, statistics, subprocess, sys, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WS = os.environ.get("WARMSTART_BIN", os.path.join(HERE, "../../target/release/warmstart"))
-STATE = os.environ.get("WARMSTART_BENCH_DIR", "/var/lib/warmstart/bench")
-VENV = os.path.join(STATE, "venv")
+from own_daemon import batch_apps, command, drop_caches, start
 
 n = int(sys.argv[1])
-names = sys.argv[2:] or ["npm-version"]
-suite = tomllib.load(open(os.path.join(HERE, "../suite.toml"), "rb"))["app"]
-apps = [a for a in suite if a.get("ready", "exit") == "exit" and a["name"] in names]
-
-
-def expand(s, work):
-    return s.replace("{work}", work).replace("{venv}", VENV)
-
-
-def drop_caches():
-    os.sync()
-    open("/proc/sys/vm/drop_caches", "w").write("3\n")
-
-
-for app in apps:
-    work = os.path.join(STATE, "work", app["name"])
-    argv = [expand(a, work) for a in app["command"]]
-    env = dict(os.environ, **{k: expand(v, work) for k, v in app.get("env", {}).items()})
-    env.setdefault("TMPDIR", os.path.join(work, "tmp"))
-    exe = os.path.realpath(shutil.which(argv[0], path=env.get("PATH")) or argv[0])
-    tmp = tempfile.mkdtemp(prefix="ws-dcold-")
-    db, run_dir, cfg = (os.path.join(tmp, f) for f in ("ws.db", "run", "config.toml"))
-    open(cfg, "w").write(f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
-                         'min_launch_kb = 0\nt_idle_secs = 2.0\n'
-                         + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n")
-    d = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=open(os.path.join(tmp, "log"), "w"))
+for app in batch_apps(sys.argv[2:] or ["npm-version"]):
+    work, argv, env, exe = command(app)
+    tmp, db, run_dir, d = start(exe, "ws-dcold-")
     walls = []
     try:
-        t0 = time.monotonic()
-        while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
-            time.sleep(0.1)
-        time.sleep(1)
         for i in range(n):
             drop_caches()
             t = time.monotonic()

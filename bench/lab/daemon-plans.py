@@ -17,27 +17,13 @@ daemon's attach to a launch then takes 30-200 ms instead of under one. It then c
 daemon's launch-order plan with the one `record` made in the bench's database (`warmstart
 plan compare`): file data in common, each way.
 """
-import json, os, shutil, subprocess, sys, tempfile, time, tomllib
+import json, os, shutil, subprocess, sys, time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WS = os.environ.get("WARMSTART_BIN", os.path.join(HERE, "../../target/release/warmstart"))
-STATE = os.environ.get("WARMSTART_BENCH_DIR", "/var/lib/warmstart/bench")
+from own_daemon import STATE, WS, batch_apps, command, drop_caches, start
+
 BENCH_DB = os.path.join(STATE, "bench.db")
-VENV = os.path.join(STATE, "venv")
-
-args = [a for a in sys.argv[1:] if a != "--cold"]
 cold_learning = "--cold" in sys.argv
-suite = tomllib.load(open(os.path.join(HERE, "../suite.toml"), "rb"))["app"]
-apps = [a for a in suite if a.get("ready", "exit") == "exit" and (not args or a["name"] in args)]
-
-
-def expand(s, work):
-    return s.replace("{work}", work).replace("{venv}", VENV)
-
-
-def drop_caches():
-    os.sync()
-    open("/proc/sys/vm/drop_caches", "w").write("3\n")
+apps = batch_apps([a for a in sys.argv[1:] if a != "--cold"])
 
 
 def ws(*a):
@@ -52,24 +38,9 @@ if os.environ.get("CHURN"):
 
 rows = []
 for app in apps:
-    work = os.path.join(STATE, "work", app["name"])
-    argv = [expand(a, work) for a in app["command"]]
-    env = dict(os.environ, **{k: expand(v, work) for k, v in app.get("env", {}).items()})
-    env.setdefault("TMPDIR", os.path.join(work, "tmp"))
-    exe = os.path.realpath(shutil.which(argv[0], path=env.get("PATH")) or argv[0])
-    tmp = tempfile.mkdtemp(prefix="ws-dplans-")
-    db, run_dir, cfg = (os.path.join(tmp, n) for n in ("ws.db", "run", "config.toml"))
-    open(cfg, "w").write(f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
-                         'min_launch_kb = 0\nt_idle_secs = 2.0\n'
-                         + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n")
-    d = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=open(os.path.join(tmp, "log"), "w"))
+    work, argv, env, exe = command(app)
+    tmp, db, run_dir, d = start(exe, "ws-dplans-")
     try:
-        t0 = time.monotonic()
-        while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
-            time.sleep(0.1)
-        time.sleep(1)
         launches, phase = 0, ""
         while phase not in ("prefetching", "too-small") and launches < 8:
             if launches == 0 or cold_learning:

@@ -327,10 +327,7 @@ fn launch_owned(sh: &Arc<Shared>) -> crate::cluster::service::LaunchOwned {
             return false;
         };
         let lineage = lineage(pid);
-        let owned = sh
-            .active
-            .lock()
-            .is_ok_and(|active| lineage.iter().any(|p| active.contains(p)))
+        let owned = in_active(&sh, &lineage)
             || sh.plans.lock().is_ok_and(|p| {
                 p.values()
                     .any(|c| Path::new(&c.app.exe) == path || c.script.as_deref() == Some(path))
@@ -365,7 +362,11 @@ fn burst_opened_by(openers: &Mutex<HashMap<i32, Instant>>, pid: i32) -> bool {
 }
 
 fn part_of_active(sh: &Shared, pid: i32) -> bool {
-    let lineage = lineage(pid);
+    in_active(sh, &lineage(pid))
+}
+
+/// Whether a process of `lineage` (a process and its ancestors) is a launch being handled.
+fn in_active(sh: &Shared, lineage: &[i32]) -> bool {
     sh.active
         .lock()
         .is_ok_and(|active| lineage.iter().any(|p| active.contains(p)))
@@ -1486,8 +1487,8 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
 }
 
 /// A learning launch as `auto` counts a plain one, if it was one: nothing prefetched it, it
-/// read at least half of what it touched from disk (a warm one tells nothing of a cold
-/// start) and its trace ended at its exit within `TIMED_LAUNCH`, so that its time is the
+/// read at least half of what its trace saw it touch from disk (a warm one tells nothing of
+/// a cold start) and its trace ended at its exit within `TIMED_LAUNCH`, so that its time is the
 /// launch's, from the exec to the exit. The daemon's `auto` needs timed plain launches to
 /// find out that prefetching an app does harm; without these it timed two at its exploring
 /// launches, each a cold start: in a daemon bench run five apps' rounds each held one (python
@@ -1500,17 +1501,25 @@ fn timed_plain(run: &RawRun) -> Option<LaunchRecord> {
     let timed = run.ended == crate::trace::EndReason::Exited
         && run.duration_ns > 0
         && run.duration_ns < crate::serve::TIMED_LAUNCH.as_nanos() as u64;
-    if !timed || run.mostly_warm() {
+    // What the trace saw read: the pages mapped before it attached (at the exec's instant)
+    // show no source, and under load they were most of a short launch's (CI: a cold
+    // learning launch of the synthetic app counted "mostly warm" by them).
+    let seen = run.accesses.iter().filter(|a| a.t > 0);
+    let touched: u64 = seen.clone().map(|a| a.pages * run.page_size).sum();
+    let disk: u64 = seen
+        .filter(|a| a.from_disk)
+        .map(|a| a.pages * run.page_size)
+        .sum();
+    if !timed || touched == 0 || disk * 2 < touched {
         return None;
     }
-    let touched: u64 = run.accesses.iter().map(|a| a.pages * run.page_size).sum();
     Some(LaunchRecord {
         at_unix: crate::sys::now_unix(),
         mode: crate::store::mode::DAEMON.into(),
         wall_ms: run.duration_ns as f64 / 1e6,
         // What `auto::counts` weighs: of the bytes the launch touched, those it found cached.
         prefetched_bytes: touched,
-        resident_bytes: Some(touched.saturating_sub(run.disk_bytes())),
+        resident_bytes: Some(touched - disk),
         strategy: Some(auto::PLAIN.into()),
         ..LaunchRecord::default()
     })
@@ -2036,11 +2045,17 @@ mod tests {
             },
             page,
             pages: 10,
-            t: 0,
+            t: 1_000 + page,
             from_disk,
             used: true,
         };
-        let mut cold = run_with(vec![acc(0, true), acc(10, true), acc(20, false)], 0);
+        // Mapped before the trace attached (at the exec's instant): of no known source.
+        let early = Access {
+            t: 0,
+            pages: 1000,
+            ..acc(100, false)
+        };
+        let mut cold = run_with(vec![early, acc(0, true), acc(10, true), acc(20, false)], 0);
         cold.duration_ns = 250_000_000;
         let l = timed_plain(&cold).expect("a cold launch that exited is timed");
         assert_eq!(l.strategy.as_deref(), Some(auto::PLAIN));

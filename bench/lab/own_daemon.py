@@ -1,0 +1,50 @@
+"""Shared by the lab scripts that launch the suite's batch apps under a warmstart daemon of
+their own (daemon-plans.py, daemon-cold-loop.py): the apps as the bench runs them, and a
+daemon with its own database managing one executable."""
+import os, shutil, subprocess, tempfile, time, tomllib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WS = os.environ.get("WARMSTART_BIN", os.path.join(HERE, "../../target/release/warmstart"))
+STATE = os.environ.get("WARMSTART_BENCH_DIR", "/var/lib/warmstart/bench")
+VENV = os.path.join(STATE, "venv")
+
+
+def batch_apps(names):
+    """The batch apps of bench/suite.toml (ready = "exit") named, or all of them."""
+    suite = tomllib.load(open(os.path.join(HERE, "../suite.toml"), "rb"))["app"]
+    return [a for a in suite if a.get("ready", "exit") == "exit" and (not names or a["name"] in names)]
+
+
+def drop_caches():
+    os.sync()
+    open("/proc/sys/vm/drop_caches", "w").write("3\n")
+
+
+def command(app):
+    """The app's work directory, argv, environment and canonical executable, as the bench's."""
+    work = os.path.join(STATE, "work", app["name"])
+    expand = lambda s: s.replace("{work}", work).replace("{venv}", VENV)
+    argv = [expand(a) for a in app["command"]]
+    env = dict(os.environ, **{k: expand(v) for k, v in app.get("env", {}).items()})
+    env.setdefault("TMPDIR", os.path.join(work, "tmp"))
+    exe = os.path.realpath(shutil.which(argv[0], path=env.get("PATH")) or argv[0])
+    return work, argv, env, exe
+
+
+def start(exe, prefix):
+    """A daemon managing `exe` only, with the bench daemon's settings (n_rawseq 2, no checks)
+    and EXTRA_CONFIG's lines ("a = 1;b = 2"), in a new directory: (directory, database, run
+    directory, process), once its pid file is there."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    db, run_dir, cfg = (os.path.join(tmp, f) for f in ("ws.db", "run", "config.toml"))
+    open(cfg, "w").write(f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
+                         'min_launch_kb = 0\nt_idle_secs = 2.0\n'
+                         + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n")
+    d = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(tmp, "log"), "w"))
+    t0 = time.monotonic()
+    while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
+        time.sleep(0.1)
+    time.sleep(1)
+    return tmp, db, run_dir, d
