@@ -2716,49 +2716,6 @@ fn the_daemon_launches_plainly_when_plain_launches_win() {
     );
 }
 
-/// The daemon's cold learning launches are its first timed plain launches: `auto` has a
-/// plain baseline to compare its strategies with, without timing cold launches for it later.
-#[test]
-fn the_daemon_times_its_cold_learning_launches_as_plain_ones() {
-    let Some(_g) = privileged() else { return };
-    let sb = Sandbox::new();
-    let app = sb.workload(16, 128);
-    let exe = sb.synth();
-    // ~320 ms launches (20 ms of CPU per file): what the trace sees after it attaches is
-    // the launch's, not its last milliseconds. A debug build's daemon (CI's `cargo test`)
-    // attaches late: with ~20 and ~90 ms launches it judged none cold (3 runs in 3).
-    let launch = || {
-        launched_with(&exe, &app, 20000);
-    };
-    let config = daemon_config(&sb, &[exe.as_path()], 1000, 64);
-    let d = Daemon::start(&sb, &config);
-    // The first launch is only remembered; the two it learns from are cold.
-    let cold = || {
-        drop_caches();
-        launch();
-    };
-    d.wait_phase(&sb, "learning", cold);
-    d.wait_phase(&sb, "prefetching", cold);
-    let store = Store::open(&sb.db()).unwrap();
-    let id = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap().id;
-    let plain: Vec<_> = store
-        .launches(id, 100)
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.strategy.as_deref() == Some("none"))
-        .collect();
-    assert!(
-        !plain.is_empty(),
-        "no timed learning launch: {}",
-        d.status(&sb)
-    );
-    for l in &plain {
-        assert_eq!(l.mode, "daemon", "{l:?}");
-        assert!(l.wall_ms > 0.0 && !l.auto, "{l:?}");
-        assert!(warmstart::schedule::auto::counts(l), "a cold launch: {l:?}");
-    }
-}
-
 #[test]
 fn daemon_learns_prefetches_checks_and_survives_faults() {
     let Some(_g) = privileged() else { return };
