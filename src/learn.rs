@@ -130,7 +130,10 @@ pub fn learn(
         let mut run = RawRun::from_trace(&t, page, &SysBlockDevices);
         // A recording on a warm cache (`--no-drop-caches`) learns as the daemon does.
         run.fill_resident(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
-        run.add_listed_inodes(crate::daemon::LISTED_PER_DIR, crate::daemon::LISTED_LOADS);
+        run.add_listed_inodes(
+            crate::sequence::LISTED_PER_DIR,
+            crate::sequence::LISTED_LOADS,
+        );
         last_exit = t.exit;
         // A launch closed at the timeout did not fail: it was still running.
         let closed = t.ended == crate::trace::EndReason::Timeout;

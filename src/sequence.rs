@@ -251,6 +251,13 @@ impl RawRun {
 /// in 4 KiB blocks. Where a filesystem packs more per block, two loads may share one.
 pub const INODES_PER_BLOCK: u64 = 16;
 
+/// Caps of `RawRun::add_listed_inodes`: entries looked at per directory, loads per run. The
+/// bench daemon's stored runs added 0-330 loads per app under them (python-imports 330,
+/// gimp 227; docs/measurements.md, 2026-11-28, sixth entry): the caps bound a launch that
+/// lists huge directories, not the suite's.
+pub const LISTED_PER_DIR: usize = 1024;
+pub const LISTED_LOADS: usize = 4096;
+
 /// Pages `[first, end)` of a file a run accessed, with the times of the accesses at each end.
 #[derive(Clone, Copy)]
 struct Span {

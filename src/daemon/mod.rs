@@ -1318,19 +1318,15 @@ fn learning_run(t: &TracedLaunch, cfg: &Config, exe: &Path, key: &str) -> RawRun
     if added > 0 {
         tracing::debug!("{key}: {added} pages in memory beside the warm launch's own");
     }
-    let loads = run.add_listed_inodes(LISTED_PER_DIR, LISTED_LOADS);
+    let loads = run.add_listed_inodes(
+        crate::sequence::LISTED_PER_DIR,
+        crate::sequence::LISTED_LOADS,
+    );
     if loads > 0 {
         tracing::debug!("{key}: {loads} inode loads of the directories the warm launch listed");
     }
     run
 }
-
-/// Caps of `RawRun::add_listed_inodes`: entries looked at per directory, loads per run. The
-/// bench daemon's stored runs added 0-330 loads per app under them (python-imports 330,
-/// gimp 227; docs/measurements.md, 2026-11-28, sixth entry): the caps bound a launch that
-/// lists huge directories, not the suite's.
-pub const LISTED_PER_DIR: usize = 1024;
-pub const LISTED_LOADS: usize = 4096;
 
 /// A learning run without the files under `exclude_paths` (by default /home: what apps read
 /// there is the user's), keeping the app's executable and any path in its key (its script).
