@@ -163,6 +163,7 @@ pub struct FastPrefetch {
     pub wait: bool,
     pub json: bool,
     pub jobs: Option<u16>,
+    pub meta_jobs: Option<u16>,
     pub window_kb: Option<u64>,
     pub app: String,
 }
@@ -175,6 +176,9 @@ impl FastPrefetch {
             json: self.json,
             jobs: self.jobs.unwrap_or(crate::prefetch::DEFAULT_JOBS as u16),
             window_kb: self.window_kb.unwrap_or(0),
+            meta_jobs: self
+                .meta_jobs
+                .unwrap_or(crate::prefetch::DEFAULT_META_JOBS as u16),
         }
     }
 }
@@ -194,7 +198,8 @@ pub fn classify_prefetch(args: &[OsString]) -> Option<FastPrefetch> {
             return None;
         }
     }
-    let (mut wait, mut json, mut jobs, mut window_kb, mut app) = (false, false, None, None, None);
+    let (mut wait, mut json, mut app) = (false, false, None);
+    let (mut jobs, mut meta_jobs, mut window_kb) = (None, None, None);
     while let Some(arg) = it.next() {
         let tok = arg.to_str()?;
         if global(&mut g, tok, &mut it)? {
@@ -211,6 +216,7 @@ pub fn classify_prefetch(args: &[OsString]) -> Option<FastPrefetch> {
                 };
                 match name {
                     "--jobs" => jobs = Some(ranged(&value, 1, MAX_JOBS)?),
+                    "--meta-jobs" => meta_jobs = Some(ranged(&value, 0, MAX_META_JOBS)?),
                     "--window-kb" => window_kb = Some(value.parse().ok()?),
                     _ => return None,
                 }
@@ -224,6 +230,7 @@ pub fn classify_prefetch(args: &[OsString]) -> Option<FastPrefetch> {
         wait,
         json,
         jobs,
+        meta_jobs,
         window_kb,
         app: app.filter(|a| !a.is_empty())?,
     })
@@ -342,6 +349,12 @@ mod tests {
         assert!(a.quiet && !a.wait);
         assert_eq!(a.args().window_kb, 512);
         assert_eq!(a.args().jobs as usize, crate::prefetch::DEFAULT_JOBS);
+        assert_eq!(
+            a.args().meta_jobs as usize,
+            crate::prefetch::DEFAULT_META_JOBS
+        );
+        let m = classify_prefetch(&args("prefetch --meta-jobs 8 app")).unwrap();
+        assert_eq!(m.args().meta_jobs, 8);
         for s in [
             "prefetch",
             "prefetch --wait",
@@ -349,6 +362,7 @@ mod tests {
             "prefetch a b",
             "prefetch --jobs 0 a",
             "prefetch --jobs 99 a",
+            "prefetch --meta-jobs 17 a",
             "prefetch --window-kb x a",
             "prefetch --nosuch a",
             "prefetch --jobs",

@@ -278,6 +278,9 @@ pub struct PrefetchArgs {
     /// prefetch, so by default nothing holds it back.
     #[arg(long, default_value_t = 0)]
     pub window_kb: u64,
+    /// Metadata-pass threads (lookups, listings and opens ahead of the data workers).
+    #[arg(long, default_value_t = crate::prefetch::DEFAULT_META_JOBS as u16, value_parser = clap::value_parser!(u16).range(0..=crate::prefetch::MAX_META_JOBS as i64))]
+    pub meta_jobs: u16,
 }
 
 #[derive(Subcommand, Debug)]

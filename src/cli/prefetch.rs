@@ -23,6 +23,7 @@ pub fn prefetch_cmd(db: &Path, a: PrefetchArgs) -> anyhow::Result<i32> {
     let opts = crate::prefetch::PrefetchOptions {
         jobs: a.jobs as usize,
         window: a.window_kb.saturating_mul(1024),
+        meta_jobs: a.meta_jobs as usize,
         inode_readahead_off: Some(crate::prefetch::KnobHold::Take(Default::default())),
         ..Default::default()
     };
