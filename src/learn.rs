@@ -129,11 +129,7 @@ pub fn learn(
         let t = trace_launch(&tfs, exe, argv, &opts.trace, interrupt)?;
         let mut run = RawRun::from_trace(&t, page, &SysBlockDevices);
         // A recording on a warm cache (`--no-drop-caches`) learns as the daemon does.
-        run.fill_resident(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
-        run.add_listed_inodes(
-            crate::sequence::LISTED_PER_DIR,
-            crate::sequence::LISTED_LOADS,
-        );
+        run.complete_warm(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
         last_exit = t.exit;
         // A launch closed at the timeout did not fail: it was still running.
         let closed = t.ended == crate::trace::EndReason::Timeout;

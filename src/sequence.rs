@@ -237,6 +237,17 @@ impl RawRun {
         disk * 2 < all
     }
 
+    /// What a mostly warm run shows less of than a cold one, added to it: the pages around
+    /// its own still in memory (`fill_resident`, stretches of at most `max_gap_pages`) and
+    /// the inodes of the directories it listed (`add_listed_inodes`, under `LISTED_PER_DIR`
+    /// and `LISTED_LOADS`). One step for every learner from warm launches (the daemon,
+    /// `record --no-drop-caches`), so they learn alike. Returns (pages, inode loads) added.
+    pub fn complete_warm(&mut self, max_gap_pages: u64, residency: &dyn Residency) -> (u64, usize) {
+        let pages = self.fill_resident(max_gap_pages, residency);
+        let loads = self.add_listed_inodes(LISTED_PER_DIR, LISTED_LOADS);
+        (pages, loads)
+    }
+
     /// Bytes first-accessed from disk.
     pub fn disk_bytes(&self) -> u64 {
         self.accesses
@@ -255,8 +266,8 @@ pub const INODES_PER_BLOCK: u64 = 16;
 /// bench daemon's stored runs added 0-330 loads per app under them (python-imports 330,
 /// gimp 227; docs/measurements.md, 2026-11-28, sixth entry): the caps bound a launch that
 /// lists huge directories, not the suite's.
-pub const LISTED_PER_DIR: usize = 1024;
-pub const LISTED_LOADS: usize = 4096;
+const LISTED_PER_DIR: usize = 1024;
+const LISTED_LOADS: usize = 4096;
 
 /// Pages `[first, end)` of a file a run accessed, with the times of the accesses at each end.
 #[derive(Clone, Copy)]

@@ -14,18 +14,14 @@ Prints medians; `--json` prints them as JSON.
 """
 import json, os, shutil, statistics, subprocess, sys, tempfile, time
 
-WS = os.environ.get("WARMSTART_BIN", os.path.join(os.path.dirname(__file__), "../../target/release/warmstart"))
+from own_daemon import drop_caches, spawn
+
 args = [a for a in sys.argv[1:] if not a.startswith("--")]
 rounds = int(args[0]) if args else 3
 idle = float(args[1]) if len(args) > 1 else 30.0
 as_json = "--json" in sys.argv
 tmp = tempfile.mkdtemp(prefix="ws-miner-", dir="/var/tmp")
 data = os.path.join(tmp, "fio.dat")
-
-
-def drop_caches():
-    subprocess.run(["sync"])
-    open("/proc/sys/vm/drop_caches", "w").write("3\n")
 
 
 def cpu(pid):
@@ -43,19 +39,7 @@ def fio():
 
 
 def daemon(name, config):
-    d = os.path.join(tmp, name)
-    os.makedirs(d, exist_ok=True)
-    cfg = os.path.join(d, "config.toml")
-    open(cfg, "w").write(config)
-    run_dir = os.path.join(d, "run")
-    p = subprocess.Popen([WS, "--db", os.path.join(d, "ws.db"), "daemon", "--config", cfg, "--run-dir", run_dir],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=open(os.path.join(d, "log"), "a"))
-    t0 = time.monotonic()
-    while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
-        time.sleep(0.1)
-    time.sleep(2)
-    return p
+    return spawn(os.path.join(tmp, name), config, 2)[2]
 
 
 def measure(kind):

@@ -1,6 +1,6 @@
-"""Shared by the lab scripts that launch the suite's batch apps under a warmstart daemon of
-their own (daemon-plans.py, daemon-cold-loop.py): the apps as the bench runs them, and a
-daemon with its own database managing one executable."""
+"""Shared by the lab scripts that run a warmstart daemon of their own (daemon-plans.py,
+daemon-cold-loop.py, miner-overhead.py): the suite's batch apps as the bench runs them, and a
+daemon with its own database, configuration and run directory."""
 import os, shutil, subprocess, tempfile, time, tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,20 +31,29 @@ def command(app):
     return work, argv, env, exe
 
 
+def spawn(d, config, settle):
+    """A daemon with `config` (its text) and its own database, run directory and log in
+    directory `d`, once its pid file is there and `settle` seconds more: (database, run
+    directory, process)."""
+    os.makedirs(d, exist_ok=True)
+    db, run_dir, cfg = (os.path.join(d, f) for f in ("ws.db", "run", "config.toml"))
+    open(cfg, "w").write(config)
+    p = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(d, "log"), "a"))
+    t0 = time.monotonic()
+    while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
+        time.sleep(0.1)
+    time.sleep(settle)
+    return db, run_dir, p
+
+
 def start(exe, prefix):
     """A daemon managing `exe` only, with the bench daemon's settings (n_rawseq 2, no checks)
     and EXTRA_CONFIG's lines ("a = 1;b = 2"), in a new directory: (directory, database, run
     directory, process), once its pid file is there."""
     tmp = tempfile.mkdtemp(prefix=prefix)
-    db, run_dir, cfg = (os.path.join(tmp, f) for f in ("ws.db", "run", "config.toml"))
-    open(cfg, "w").write(f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
-                         'min_launch_kb = 0\nt_idle_secs = 2.0\n'
-                         + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n")
-    d = subprocess.Popen([WS, "--db", db, "daemon", "--config", cfg, "--run-dir", run_dir],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=open(os.path.join(tmp, "log"), "w"))
-    t0 = time.monotonic()
-    while not os.path.exists(os.path.join(run_dir, "daemon.pid")) and time.monotonic() - t0 < 60:
-        time.sleep(0.1)
-    time.sleep(1)
+    db, run_dir, d = spawn(tmp, f'include = ["{exe}"]\nn_rawseq = 2\nn_chk = 1000000\n'
+                           'min_launch_kb = 0\nt_idle_secs = 2.0\n'
+                           + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n", 1)
     return tmp, db, run_dir, d

@@ -1306,7 +1306,7 @@ fn prepare_next(sh: &Shared, tc: &TraceConfig) {
 }
 
 /// A traced launch as a run to learn from: its private files left out, and, learned warm,
-/// what its files' earlier cold reads left in memory beside its own (`fill_resident`).
+/// what a cold run of it would have shown more of (`RawRun::complete_warm`).
 fn learning_run(t: &TracedLaunch, cfg: &Config, exe: &Path, key: &str) -> RawRun {
     let mut run = private(
         RawRun::from_trace(t, sys::page_size(), &SysBlockDevices),
@@ -1314,14 +1314,10 @@ fn learning_run(t: &TracedLaunch, cfg: &Config, exe: &Path, key: &str) -> RawRun
         exe,
         key,
     );
-    let added = run.fill_resident(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
+    let (added, loads) = run.complete_warm(crate::schedule::KEEP_UNUSED_GAP_PAGES, &SysResidency);
     if added > 0 {
         tracing::debug!("{key}: {added} pages in memory beside the warm launch's own");
     }
-    let loads = run.add_listed_inodes(
-        crate::sequence::LISTED_PER_DIR,
-        crate::sequence::LISTED_LOADS,
-    );
     if loads > 0 {
         tracing::debug!("{key}: {loads} inode loads of the directories the warm launch listed");
     }
