@@ -50,6 +50,47 @@ pub fn markdown(r: &Results) -> String {
     s
 }
 
+/// Each scenario against `warmstart`, paired by app and round, also in points of the gap at
+/// the suite's means: (ratio − 1) × warmstart's normalised time / (1 − warm's).
+fn paired_markdown(r: &Results, s: &mut String) {
+    use super::run::PAIRED_BASE;
+    if r.paired.is_empty() {
+        return;
+    }
+    let norm = |n: &str| r.geomean.get(n).and_then(|g| g.normalized);
+    let points = match (norm(PAIRED_BASE), norm("warm")) {
+        (Some(b), Some(w)) if w < 1.0 => {
+            Some(move |ratio: f64| (ratio - 1.0) * b / (1.0 - w) * 100.0)
+        }
+        _ => None,
+    };
+    let _ = writeln!(
+        s,
+        "\n## Paired against `{PAIRED_BASE}`\n\nEach launch over the `{PAIRED_BASE}` launch of the \
+         same app in the same round (the VM's speed drifts between rounds by more than most \
+         differences between scenarios): the geometric mean of those ratios over every app's \
+         rounds, its 90% interval (each app's rounds redrawn from its own), the pairs in which \
+         the scenario was slower, and the same mean in points of the gap at the suite's means, \
+         (ratio − 1) × `{PAIRED_BASE}`'s normalised time / (1 − warm's): positive is behind.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| scenario | time over `{PAIRED_BASE}` | 90% interval | slower in | points behind (interval) |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for sc in &r.scenarios {
+        let Some(p) = r.paired.get(sc) else { continue };
+        let behind = points.map_or("–".into(), |f| {
+            format!("{:+.1} ({:+.1} to {:+.1})", f(p.ratio), f(p.lo), f(p.hi))
+        });
+        let _ = writeln!(
+            s,
+            "| {sc} | {:.3} | {:.3}-{:.3} | {} of {} | {behind} |",
+            p.ratio, p.lo, p.hi, p.slower, p.pairs
+        );
+    }
+}
+
 /// The launch tables: times, means, overheads, accuracy, adaptation, apps together.
 fn apps_markdown(r: &Results, s: &mut String) {
     let _ = writeln!(
@@ -112,6 +153,7 @@ fn apps_markdown(r: &Results, s: &mut String) {
             );
         }
     }
+    paired_markdown(r, s);
     let _ = writeln!(s, "\n## Overheads\n");
     let _ = writeln!(
         s,
@@ -677,7 +719,12 @@ mod tests {
             command: vec!["x".into()],
             ..AppResult::default()
         };
-        for (sc, ms) in [("cold", 1000.0), ("warm", 500.0), ("warmstart", 600.0)] {
+        for (sc, ms) in [
+            ("cold", 1000.0),
+            ("warm", 500.0),
+            ("warmstart", 600.0),
+            ("daemon", 660.0),
+        ] {
             a.samples.push(Measurement {
                 scenario: sc.into(),
                 round: 1,
@@ -725,6 +772,21 @@ mod tests {
                 gap_closed: Some(0.8),
             },
         );
+        geo.insert(
+            "warm".into(),
+            GeoRow {
+                normalized: Some(0.5),
+                gap_closed: Some(1.0),
+            },
+        );
+        let scenarios: Vec<String> = ["cold", "warm", "warmstart", "daemon"]
+            .map(String::from)
+            .to_vec();
+        let paired = crate::bench::run::paired_against(
+            std::slice::from_ref(&a),
+            &scenarios,
+            crate::bench::run::PAIRED_BASE,
+        );
         Results {
             machine: Machine {
                 kernel: "6.18".into(),
@@ -736,7 +798,7 @@ mod tests {
                 scheduler: "mq-deadline".into(),
             },
             rounds: 1,
-            scenarios: vec!["cold".into(), "warm".into(), "warmstart".into()],
+            scenarios,
             apps: vec![
                 a,
                 AppResult {
@@ -746,6 +808,7 @@ mod tests {
                 },
             ],
             geomean: geo,
+            paired,
             together: vec![TogetherResult {
                 k: 2,
                 apps: vec!["app1".into(), "x".into()],
@@ -793,6 +856,12 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| warmstart | 0.600 | 80% |"), "{md}");
+        // 660 against 600 in the same round: 10% longer, 12 points of a 0.6-to-0.5 gap.
+        assert!(
+            md.contains("| daemon | 1.100 | 1.100-1.100 | 1 of 1 | +12.0 (+12.0 to +12.0) |"),
+            "{md}"
+        );
+        assert!(md.contains("| cold | 1.667 |"), "{md}");
         assert!(md.contains("error: not installed"), "{md}");
         assert!(md.contains("| 2 | app1, x | 2000 | 1000 | 2.00× |"), "{md}");
         assert!(md.contains("## Overheads"));
@@ -811,7 +880,8 @@ mod tests {
             &std::fs::read_to_string(dir.path().join("results.json")).unwrap(),
         )
         .unwrap();
-        assert_eq!(j["apps"][0]["samples"].as_array().unwrap().len(), 3);
+        assert_eq!(j["apps"][0]["samples"].as_array().unwrap().len(), 4);
+        assert_eq!(j["paired"]["daemon"]["pairs"], 1);
         assert_eq!(j["machine"]["cpus"], 2);
         for f in ["normalized.svg", "timeline-app1.svg", "loadings.svg"] {
             let svg = std::fs::read_to_string(dir.path().join(f)).unwrap();

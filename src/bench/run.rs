@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::launch::{launch, LaunchSpec, Outcome, Xvfb};
 use super::loading::{self, LoadingResult};
 use super::sampler::{disk_of, Point, Sampler};
-use super::stats::{gap_closed, geomean, Spread};
+use super::stats::{gap_closed, geomean, paired_ratio, PairedRatio, Spread};
 use super::suite::{expand, AppSpec, LoadingSpec, Ready};
 use super::{make_cold, BenchError};
 use crate::resolve::FileKind;
@@ -361,6 +361,9 @@ pub struct Results {
     /// Across apps: geometric mean of normalised time, and the gap closed by that mean,
     /// (1 - g) / (1 - g_warm), which counts every app, also those a scenario made slower.
     pub geomean: BTreeMap<String, GeoRow>,
+    /// Each scenario's launches over `warmstart`'s of the same app and round (`PAIRED_BASE`).
+    #[serde(default)]
+    pub paired: BTreeMap<String, PairedRatio>,
     pub together: Vec<TogetherResult>,
     /// Loadings of running applications: cold, warm, and with the daemon's bursts.
     #[serde(default)]
@@ -1283,6 +1286,52 @@ pub fn suite_means(results: &[AppResult], scenarios: &[String]) -> BTreeMap<Stri
         .collect()
 }
 
+/// The scenario every other is paired with: `run` with `auto`, what a user runs.
+pub const PAIRED_BASE: &str = "warmstart";
+/// The paired interval's level, redraws and seed (fixed: the same timings, the same
+/// interval).
+const PAIRED_LEVEL: f64 = 0.9;
+const PAIRED_RESAMPLES: usize = 2000;
+const PAIRED_SEED: u64 = 25;
+
+/// Each scenario against `base`, paired by app and round (rounds where both launches were
+/// ready): how much longer its launches took than `base`'s beside them. Five medians per
+/// app move by tens of points between runs while a scenario's paired ratio stays within a
+/// few percent (the daemon against `run` in the suite runs of 2026-11-27/28: medians 1 to 12
+/// points of the gap apart; docs/measurements.md, 2026-11-28, tenth entry).
+pub fn paired_against(
+    results: &[AppResult],
+    scenarios: &[String],
+    base: &str,
+) -> BTreeMap<String, PairedRatio> {
+    let time = |a: &AppResult, name: &str, round: u32| {
+        a.samples
+            .iter()
+            .find(|m| m.scenario == name && m.round == round && m.ready)
+            .map(|m| m.ms)
+    };
+    scenarios
+        .iter()
+        .filter(|s| s.as_str() != base)
+        .filter_map(|name| {
+            let groups: Vec<Vec<(f64, f64)>> = results
+                .iter()
+                .map(|a| {
+                    let mut rounds: Vec<u32> = a.samples.iter().map(|m| m.round).collect();
+                    rounds.sort_unstable();
+                    rounds.dedup();
+                    rounds
+                        .into_iter()
+                        .filter_map(|r| Some((time(a, name, r)?, time(a, base, r)?)))
+                        .collect()
+                })
+                .collect();
+            paired_ratio(&groups, PAIRED_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED)
+                .map(|p| (name.clone(), p))
+        })
+        .collect()
+}
+
 /// Recompute every summary of saved results (after a change to how they are derived).
 pub fn resummarize(r: &mut Results) {
     for a in &mut r.apps {
@@ -1290,6 +1339,7 @@ pub fn resummarize(r: &mut Results) {
         summarize(a);
     }
     r.geomean = suite_means(&r.apps, &r.scenarios);
+    r.paired = paired_against(&r.apps, &r.scenarios, PAIRED_BASE);
     for l in &mut r.loadings {
         l.summarize();
     }
@@ -1549,6 +1599,7 @@ pub fn run(
     progress("done", total, total);
     let names: Vec<String> = opts.scenarios.iter().map(Scenario::name).collect();
     let geo = suite_means(&results, &names);
+    let paired = paired_against(&results, &names, PAIRED_BASE);
     drop(xvfb);
     Ok(Results {
         machine: machine(),
@@ -1556,6 +1607,7 @@ pub fn run(
         scenarios: opts.scenarios.iter().map(Scenario::name).collect(),
         apps: results,
         geomean: geo,
+        paired,
         together: tog,
         loadings,
     })

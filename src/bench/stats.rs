@@ -1,6 +1,6 @@
 //! Order statistics and the papers' derived measures.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Median, min and max of a set of timings (ms).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
@@ -80,6 +80,75 @@ pub fn gap_closed_interval(
     Some((at(tail), at(1.0 - tail)))
 }
 
+/// Paired launches of two scenarios, `a` against `b` (see `paired_ratio`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PairedRatio {
+    /// Geometric mean of the pairs' `a / b`.
+    pub ratio: f64,
+    /// Its percentile-bootstrap interval.
+    pub lo: f64,
+    pub hi: f64,
+    pub pairs: usize,
+    /// Pairs in which `a` took longer.
+    pub slower: usize,
+}
+
+/// `a / b` of paired launches (both in one round: the VM's speed drifts between rounds by
+/// more than most differences between scenarios), as the geometric mean over every group's
+/// (an app's) pairs, with a percentile-bootstrap interval at `level` that redraws each
+/// group's pairs from its own (so an app's share of the pairs stays, and the apps' levels
+/// are not taken for noise). Non-positive times are left out. None without a pair; the
+/// seed is fixed by the caller, so the same timings give the same interval.
+pub fn paired_ratio(
+    groups: &[Vec<(f64, f64)>],
+    level: f64,
+    resamples: usize,
+    seed: u64,
+) -> Option<PairedRatio> {
+    let logs: Vec<Vec<f64>> = groups
+        .iter()
+        .map(|g| {
+            g.iter()
+                .filter(|(a, b)| *a > 0.0 && *b > 0.0 && a.is_finite() && b.is_finite())
+                .map(|(a, b)| (a / b).ln())
+                .collect::<Vec<f64>>()
+        })
+        .filter(|g| !g.is_empty())
+        .collect();
+    let pairs: usize = logs.iter().map(Vec::len).sum();
+    if pairs == 0 || !(0.0..1.0).contains(&level) {
+        return None;
+    }
+    let mean = |sum: f64| (sum / pairs as f64).exp();
+    let ratio = mean(logs.iter().flatten().sum());
+    let slower = logs.iter().flatten().filter(|l| **l > 0.0).count();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut draws: Vec<f64> = (0..resamples)
+        .map(|_| {
+            mean(
+                logs.iter()
+                    .map(|g| (0..g.len()).map(|_| g[rng.usize(..g.len())]).sum::<f64>())
+                    .sum(),
+            )
+        })
+        .collect();
+    draws.sort_by(f64::total_cmp);
+    let tail = (1.0 - level) / 2.0;
+    let at = |q: f64| {
+        draws
+            .get(((q * (draws.len().max(1) - 1) as f64).round()) as usize)
+            .copied()
+            .unwrap_or(ratio)
+    };
+    Some(PairedRatio {
+        ratio,
+        lo: at(tail),
+        hi: at(1.0 - tail),
+        pairs,
+        slower,
+    })
+}
+
 /// Geometric mean of positive values.
 pub fn geomean(values: &[f64]) -> Option<f64> {
     let pos: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0).collect();
@@ -149,6 +218,38 @@ mod tests {
         let no_gap = [(500.0, 500.0, 500.0); 4];
         assert_eq!(gap_closed_interval(&no_gap, 0.9, 100, 1), None);
         assert_eq!(gap_closed_interval(&[], 0.9, 100, 1), None);
+    }
+
+    #[test]
+    fn paired_ratio_is_the_mean_of_each_rounds_ratio() {
+        // Every pair 10% slower, whatever the round's speed: exactly 1.1, however redrawn.
+        let steady = vec![
+            vec![(110.0, 100.0), (220.0, 200.0), (165.0, 150.0)],
+            vec![(1100.0, 1000.0), (550.0, 500.0)],
+        ];
+        let p = paired_ratio(&steady, 0.9, 500, 3).unwrap();
+        assert!((p.ratio - 1.1).abs() < 1e-9 && (p.lo - 1.1).abs() < 1e-9);
+        assert!((p.hi - 1.1).abs() < 1e-9);
+        assert_eq!((p.pairs, p.slower), (5, 5));
+        // Unpaired medians would see the rounds' drift; pairs see 0.9 and 1.1 alike.
+        let mixed = vec![vec![
+            (90.0, 100.0),
+            (330.0, 300.0),
+            (180.0, 200.0),
+            (110.0, 100.0),
+        ]];
+        let p = paired_ratio(&mixed, 0.9, 2000, 5).unwrap();
+        assert!((p.ratio - (0.9f64 * 1.1 * 0.9 * 1.1).powf(0.25)).abs() < 1e-9);
+        assert!(p.lo < p.ratio && p.ratio < p.hi, "{p:?}");
+        assert_eq!(p.slower, 2);
+        assert_eq!(paired_ratio(&mixed, 0.9, 2000, 5), Some(p));
+    }
+
+    #[test]
+    fn paired_ratio_needs_a_pair() {
+        assert_eq!(paired_ratio(&[], 0.9, 100, 1), None);
+        assert_eq!(paired_ratio(&[vec![], vec![(0.0, 5.0)]], 0.9, 100, 1), None);
+        assert!(paired_ratio(&[vec![(5.0, 4.0)]], 0.9, 0, 1).is_some());
     }
 
     #[test]
