@@ -1296,9 +1296,9 @@ const PAIRED_SEED: u64 = 25;
 
 /// Each scenario against `base`, paired by app and round (rounds where both launches were
 /// ready): how much longer its launches took than `base`'s beside them. Five medians per
-/// app move by tens of points between runs while a scenario's paired ratio stays within a
-/// few percent (the daemon against `run` in the suite runs of 2026-11-27/28: medians 1 to 12
-/// points of the gap apart; docs/measurements.md, 2026-11-28, tenth entry).
+/// app move by tens of points between runs, and a difference of two suite means with them
+/// (the daemon behind `run` in five suite runs: 6 to 12 points by the medians, 1 to 13
+/// paired, each with an interval; docs/measurements.md, 2026-11-28, tenth entry).
 pub fn paired_against(
     results: &[AppResult],
     scenarios: &[String],
