@@ -1236,6 +1236,15 @@ fn summarize(res: &mut AppResult) {
 /// a few ms shows in paired rounds, not in the difference of two medians (the per-app warm
 /// overheads of the committed run scattered from -72 to +132 ms that way).
 fn paired_median(samples: &[Measurement], a: &str, b: &str) -> Option<f64> {
+    let d: Vec<f64> = round_pairs(samples, a, b)
+        .into_iter()
+        .map(|(x, y)| x - y)
+        .collect();
+    Spread::of(&d).map(|s| s.median)
+}
+
+/// `(a, b)` times of the rounds in which both launches were ready, by round.
+fn round_pairs(samples: &[Measurement], a: &str, b: &str) -> Vec<(f64, f64)> {
     let time = |name: &str, round: u32| {
         samples
             .iter()
@@ -1245,11 +1254,10 @@ fn paired_median(samples: &[Measurement], a: &str, b: &str) -> Option<f64> {
     let mut rounds: Vec<u32> = samples.iter().map(|m| m.round).collect();
     rounds.sort_unstable();
     rounds.dedup();
-    let d: Vec<f64> = rounds
+    rounds
         .into_iter()
-        .filter_map(|r| Some(time(a, r)? - time(b, r)?))
-        .collect();
-    Spread::of(&d).map(|s| s.median)
+        .filter_map(|r| Some((time(a, r)?, time(b, r)?)))
+        .collect()
 }
 
 /// Across apps: the geometric mean of each scenario's normalised time, and the gap closed
@@ -1304,27 +1312,13 @@ pub fn paired_against(
     scenarios: &[String],
     base: &str,
 ) -> BTreeMap<String, PairedRatio> {
-    let time = |a: &AppResult, name: &str, round: u32| {
-        a.samples
-            .iter()
-            .find(|m| m.scenario == name && m.round == round && m.ready)
-            .map(|m| m.ms)
-    };
     scenarios
         .iter()
         .filter(|s| s.as_str() != base)
         .filter_map(|name| {
             let groups: Vec<Vec<(f64, f64)>> = results
                 .iter()
-                .map(|a| {
-                    let mut rounds: Vec<u32> = a.samples.iter().map(|m| m.round).collect();
-                    rounds.sort_unstable();
-                    rounds.dedup();
-                    rounds
-                        .into_iter()
-                        .filter_map(|r| Some((time(a, name, r)?, time(a, base, r)?)))
-                        .collect()
-                })
+                .map(|a| round_pairs(&a.samples, name, base))
                 .collect();
             paired_ratio(&groups, PAIRED_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED)
                 .map(|p| (name.clone(), p))

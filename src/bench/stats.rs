@@ -76,8 +76,14 @@ pub fn gap_closed_interval(
     }
     gaps.sort_by(f64::total_cmp);
     let tail = (1.0 - level) / 2.0;
-    let at = |q: f64| gaps[((q * (gaps.len() - 1) as f64).round() as usize).min(gaps.len() - 1)];
-    Some((at(tail), at(1.0 - tail)))
+    Some((percentile(&gaps, tail)?, percentile(&gaps, 1.0 - tail)?))
+}
+
+/// The value at share `q` of sorted `v` (nearest rank), None when `v` is empty.
+fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    let last = v.len().checked_sub(1)?;
+    v.get(((q * last as f64).round() as usize).min(last))
+        .copied()
 }
 
 /// Paired launches of two scenarios, `a` against `b` (see `paired_ratio`).
@@ -134,16 +140,10 @@ pub fn paired_ratio(
         .collect();
     draws.sort_by(f64::total_cmp);
     let tail = (1.0 - level) / 2.0;
-    let at = |q: f64| {
-        draws
-            .get(((q * (draws.len().max(1) - 1) as f64).round()) as usize)
-            .copied()
-            .unwrap_or(ratio)
-    };
     Some(PairedRatio {
         ratio,
-        lo: at(tail),
-        hi: at(1.0 - tail),
+        lo: percentile(&draws, tail).unwrap_or(ratio),
+        hi: percentile(&draws, 1.0 - tail).unwrap_or(ratio),
         pairs,
         slower,
     })
