@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use super::run::{Results, ScenarioSummary};
 use super::sampler::Point;
+use super::stats::Spread;
 
 fn pct(v: Option<f64>) -> String {
     v.map_or("–".into(), |g| format!("{:.0}%", g * 100.0))
@@ -180,17 +181,20 @@ fn apps_markdown(r: &Results, s: &mut String) {
             a.resolved_fraction * 100.0
         );
     }
-    if r.apps
-        .iter()
-        .any(|a| a.accuracy.floor.is_some() || a.accuracy.miss_ratio.is_some())
-    {
+    if r.apps.iter().any(|a| {
+        a.accuracy.floor.is_some()
+            || !a.accuracy.floor_rounds.is_empty()
+            || a.accuracy.miss_ratio.is_some()
+    }) {
         let _ = writeln!(
             s,
             "\n## Prefetch speed and plan accuracy\n\n\
              Floor: what the device needs at best for the plan (its data read with O_DIRECT at \
              the best queue depth, its metadata blocks at that depth's 4 KiB rate, its longest \
-             chain of dependent metadata reads at depth-1 latency; `warmstart plan floor`). \
-             Miss ratio, waste, inversions and waits: one traced prefetched launch after the \
+             chain of dependent metadata reads at depth-1 latency; `warmstart plan floor`), \
+             measured again after each round's prefetch-only launch: the columns give the \
+             medians over rounds of the floor and of each round's prefetch over its own \
+             floor. Miss ratio, waste, inversions and waits: one traced prefetched launch after the \
              rounds (`warmstart explain --no-cold`).\n"
         );
         let _ = writeln!(
@@ -206,11 +210,16 @@ fn apps_markdown(r: &Results, s: &mut String) {
                 .get("prefetch-only")
                 .filter(|p| p.n > 0)
                 .map(|p| p.median_ms);
-            let fl = acc.floor.as_ref().map(|f| f.floor_ms);
-            let ratio = match (po, fl) {
+            // Each round's prefetch over that round's floor where the run measured one per
+            // round; older results have the one floor measured after learning.
+            let per_round: Vec<f64> = acc.floor_rounds.iter().map(|r| r.1).collect();
+            let fl = Spread::of(&per_round)
+                .map(|s| s.median)
+                .or(acc.floor.as_ref().map(|f| f.floor_ms));
+            let ratio = acc.floor_ratio.or(match (po, fl) {
                 (Some(p), Some(f)) if f > 0.0 => Some(p / f),
                 _ => None,
-            };
+            });
             if let Some(x) = ratio {
                 within.1 += 1;
                 if x <= 1.5 {
@@ -764,6 +773,22 @@ mod tests {
                 })
                 .collect(),
         );
+        // Floors of 100 and 300 ms in two rounds: the median of each round's ratio, not
+        // prefetch-only's median over the floors' median (150 / 200).
+        a.summary.insert(
+            "prefetch-only".into(),
+            ScenarioSummary {
+                median_ms: 150.0,
+                min_ms: 120.0,
+                max_ms: 180.0,
+                n: 2,
+                failed: 0,
+                normalized: 0.15,
+                gap_closed: None,
+            },
+        );
+        a.accuracy.floor_rounds = vec![(1, 100.0), (2, 300.0)];
+        a.accuracy.floor_ratio = Some(1.2);
         let mut geo = BTreeMap::new();
         geo.insert(
             "warmstart".into(),
@@ -865,6 +890,8 @@ mod tests {
         assert!(md.contains("error: not installed"), "{md}");
         assert!(md.contains("| 2 | app1, x | 2000 | 1000 | 2.00× |"), "{md}");
         assert!(md.contains("## Overheads"));
+        assert!(md.contains("| app1 | 150 | 200 | 1.20 |"), "{md}");
+        assert!(md.contains("within 1.5× of the floor: 1 of 1 apps"), "{md}");
         assert!(
             md.contains("| load1 | 2000 | 1000 | 1200 (0.60, 80%) | project.cfg: 64.0 MiB | project.cfg 5 hits, 99% used |"),
             "{md}"

@@ -226,6 +226,15 @@ pub struct AppResult {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Accuracy {
     pub floor: Option<crate::device::Floor>,
+    /// `(round, floor ms)`: the floor measured again right after each round's prefetch-only
+    /// launch. The device's speed drifts by up to 45% between rounds a minute apart
+    /// (docs/measurements.md, 2026-11-28, eighth entry), so a prefetch is compared with the
+    /// floor of its own round.
+    #[serde(default)]
+    pub floor_rounds: Vec<(u32, f64)>,
+    /// The median over rounds of prefetch-only's time over its round's floor.
+    #[serde(default)]
+    pub floor_ratio: Option<f64>,
     /// Pages the prefetched launch still read itself that the plan lacks, over the plan's.
     pub miss_ratio: Option<f64>,
     /// Pages the prefetch read that the launch never touched, over the plan's.
@@ -989,6 +998,8 @@ fn explained(ctx: &Ctx<'_>, app: &AppSpec, res: &AppResult) -> Result<Accuracy, 
     let f = |e: &serde_json::Value, k: &str| e[k].as_f64();
     Ok(Accuracy {
         floor: None,
+        floor_rounds: vec![],
+        floor_ratio: None,
         miss_ratio: n("missed_pages").map(|m| m as f64 / plan),
         waste: n("wasted_pages").map(|w| w as f64 / plan),
         inversions: Some(st("in_flight") + st("app_first")),
@@ -1103,7 +1114,13 @@ fn measure(
                 ctx.cold()?;
                 res.overhead.prefetcher_peak_rss_kb = prefetcher_peak_rss(&prefetch);
             }
-            (o.ms, o.ready && o.exit.is_some_and(|e| e.success()))
+            let ok = o.ready && o.exit.is_some_and(|e| e.success());
+            if ok {
+                if let Some(f) = floor_of(&ctx.db, &app.name) {
+                    res.accuracy.floor_rounds.push((round, f.floor_ms));
+                }
+            }
+            (o.ms, ok)
         }
         Scenario::Daemon => {
             let d = BenchDaemon::start(ctx, &ctx.opts.state_dir.join("daemon"))?;
@@ -1229,6 +1246,23 @@ fn summarize(res: &mut AppResult) {
         (Some(l), Some(c)) if c > 0.0 => Some(l.median / c),
         _ => None,
     };
+    res.accuracy.floor_ratio = floor_ratio(&res.samples, &res.accuracy.floor_rounds);
+}
+
+/// The median over rounds of prefetch-only's time over the floor measured in the same round
+/// (rounds with a ready prefetch and a floor).
+fn floor_ratio(samples: &[Measurement], floors: &[(u32, f64)]) -> Option<f64> {
+    let r: Vec<f64> = floors
+        .iter()
+        .filter(|(_, f)| *f > 0.0)
+        .filter_map(|&(round, f)| {
+            samples
+                .iter()
+                .find(|m| m.scenario == "prefetch-only" && m.round == round && m.ready)
+                .map(|m| m.ms / f)
+        })
+        .collect();
+    Spread::of(&r).map(|s| s.median)
 }
 
 /// The median over rounds of `a`'s time minus `b`'s in the same round (rounds where both
@@ -1544,7 +1578,12 @@ pub fn run(
         match explained(&ctx, app, &results[i]) {
             Ok(a) => {
                 let floor = results[i].accuracy.floor.take();
-                results[i].accuracy = Accuracy { floor, ..a };
+                let floor_rounds = std::mem::take(&mut results[i].accuracy.floor_rounds);
+                results[i].accuracy = Accuracy {
+                    floor,
+                    floor_rounds,
+                    ..a
+                };
             }
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => results[i].accuracy.error = Some(e.to_string()),
@@ -1724,5 +1763,31 @@ mod tests {
         summarize(&mut r);
         // Medians 510 and 702 would say +192.
         assert_eq!(r.overhead.warm_overhead_ms, Some(3.0));
+    }
+
+    #[test]
+    fn prefetch_only_is_compared_with_its_own_rounds_floor() {
+        let mut r = AppResult::default();
+        for (round, ms, ready) in [
+            (1, 200.0, true),
+            (2, 300.0, true),
+            (3, 100.0, true),
+            (4, 999.0, false),
+        ] {
+            r.samples.push(Measurement {
+                scenario: "prefetch-only".into(),
+                round,
+                ms,
+                ready,
+            });
+        }
+        // Round 3 has no floor, round 4's prefetch failed, round 5 has no prefetch: only the
+        // ratios 2.0 and 1.5 count, not 300/100 of two rounds' medians.
+        r.accuracy.floor_rounds = vec![(1, 100.0), (2, 200.0), (4, 10.0), (5, 50.0)];
+        summarize(&mut r);
+        assert_eq!(r.accuracy.floor_ratio, Some(1.75));
+        r.accuracy.floor_rounds.clear();
+        summarize(&mut r);
+        assert_eq!(r.accuracy.floor_ratio, None);
     }
 }
