@@ -1356,6 +1356,36 @@ fn run_passes_exit_codes_and_signals_through() {
 }
 
 #[test]
+fn run_warns_of_an_app_name_it_does_not_know_and_still_launches() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let unknown = |o: &Output, name: &str| {
+        String::from_utf8_lossy(&o.stderr).contains(&format!("no app named `{name}`"))
+    };
+    // No database yet.
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "nosuch", "--", "sh", "-c", "exit 3"]));
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(unknown(&o, "nosuch"), "{}", text(&o));
+    let app = sb.learned("known", 8, 64);
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "knwon", "--", "sh", "-c", "exit 4"]));
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(unknown(&o, "knwon"), "{}", text(&o));
+    // The learned name, and a command line nobody named: not a word.
+    let o = run(sb
+        .ws()
+        .args(["run", "--app", "known", "--"])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!unknown(&o, "known"), "{}", text(&o));
+    let o = run(sb.ws().args(["run", "--", "sh", "-c", "exit 0"]));
+    assert!(o.status.success() && o.stderr.is_empty(), "{}", text(&o));
+}
+
+#[test]
 fn the_front_launches_runs_itself_and_hands_on_the_rest() {
     let _g = serial_as_root();
     // The `warmstart` front alone, without the full command line beside it.

@@ -102,8 +102,18 @@ fn load_plan(
     key: &str,
     asked: Option<&str>,
     traced: bool,
+    named: bool,
 ) -> anyhow::Result<Option<Decision>> {
     let Some(app) = store.app_by_key(key)? else {
+        if named {
+            // A name the user gave that the store does not know is likely a typo; a command
+            // line not learned yet is not worth a word on every launch.
+            tracing::warn!(
+                "no app named `{key}` in {}; launching without prefetch (`warmstart plan list` \
+                 shows the names; `warmstart record --app {key} -- CMD` learns it)",
+                db.display()
+            );
+        }
         return Ok(None);
     };
     if !app.enabled {
@@ -224,9 +234,25 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     let key = key_of(&a.app, &exe, &a.command);
     let looked_up = match store {
-        Some(Ok(Some(store))) => load_plan(store, db, &key.key, a.strategy.as_deref(), a.traced),
+        Some(Ok(Some(store))) => load_plan(
+            store,
+            db,
+            &key.key,
+            a.strategy.as_deref(),
+            a.traced,
+            a.app.is_some(),
+        ),
         Some(Err(e)) => Err(e),
-        Some(Ok(None)) | None => Ok(None),
+        Some(Ok(None)) | None => {
+            if a.app.is_some() {
+                tracing::warn!(
+                    "no database at {}, so no app named `{}`; launching without prefetch",
+                    db.display(),
+                    key.key
+                );
+            }
+            Ok(None)
+        }
     };
     let (chosen, plain) = match looked_up {
         Ok(Some(Decision::Prefetch(c))) => (Some(*c), None),
