@@ -244,7 +244,8 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         ),
         Some(Err(e)) => Err(e),
         Some(Ok(None)) | None => {
-            if a.app.is_some() {
+            // (A database this user may not read stays quiet, as in `open_for_plan`.)
+            if a.app.is_some() && !db.exists() {
                 tracing::warn!(
                     "no database at {}, so no app named `{}`; launching without prefetch",
                     db.display(),
