@@ -1270,12 +1270,7 @@ fn floor_ratio(samples: &[Measurement], floors: &[(u32, f64)]) -> Option<f64> {
     let r: Vec<f64> = floors
         .iter()
         .filter(|(_, f)| *f > 0.0)
-        .filter_map(|&(round, f)| {
-            samples
-                .iter()
-                .find(|m| m.scenario == "prefetch-only" && m.round == round && m.ready)
-                .map(|m| m.ms / f)
-        })
+        .filter_map(|&(round, f)| Some(ready_ms(samples, "prefetch-only", round)? / f))
         .collect();
     Spread::of(&r).map(|s| s.median)
 }
@@ -1292,20 +1287,22 @@ fn paired_median(samples: &[Measurement], a: &str, b: &str) -> Option<f64> {
     Spread::of(&d).map(|s| s.median)
 }
 
+/// The time of `scenario`'s launch in `round`, if it was ready.
+fn ready_ms(samples: &[Measurement], scenario: &str, round: u32) -> Option<f64> {
+    samples
+        .iter()
+        .find(|m| m.scenario == scenario && m.round == round && m.ready)
+        .map(|m| m.ms)
+}
+
 /// `(a, b)` times of the rounds in which both launches were ready, by round.
 fn round_pairs(samples: &[Measurement], a: &str, b: &str) -> Vec<(f64, f64)> {
-    let time = |name: &str, round: u32| {
-        samples
-            .iter()
-            .find(|m| m.scenario == name && m.round == round && m.ready)
-            .map(|m| m.ms)
-    };
     let mut rounds: Vec<u32> = samples.iter().map(|m| m.round).collect();
     rounds.sort_unstable();
     rounds.dedup();
     rounds
         .into_iter()
-        .filter_map(|r| Some((time(a, r)?, time(b, r)?)))
+        .filter_map(|r| Some((ready_ms(samples, a, r)?, ready_ms(samples, b, r)?)))
         .collect()
 }
 
