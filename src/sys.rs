@@ -1101,8 +1101,31 @@ pub fn set_affinity(tid: i32, cpus: &[usize]) -> bool {
     sched_setaffinity(nix::unistd::Pid::from_raw(tid), &set).is_ok()
 }
 
-/// Every thread (task id) of `pid` and of its descendants.
+/// At most this many processes of a launch's tree are looked at (`tree_threads`).
+const TREE_MAX: usize = 4096;
+
+/// Every thread (task id) of `pid` and of its descendants: from the kernel's lists of each
+/// thread's children (`tasks_of_tree`), else, on a kernel built without them
+/// (`CONFIG_PROC_CHILDREN`), from the parent of every process in /proc. A launch is
+/// sampled so every 100 ms while it is served, and the daemon pins one so before its
+/// prefetch starts: the scan of all of /proc took 0.5-0.9 ms beside ~70 processes and
+/// 3.8-6.0 ms beside 470, the children lists 30-40 µs (docs/measurements.md, 2026-11-29).
 pub fn tree_threads(pid: i32) -> Vec<i32> {
+    if children_lists() {
+        tasks_of_tree(pid, TREE_MAX)
+    } else {
+        tree_threads_by_scan(pid)
+    }
+}
+
+/// Whether this kernel lists each thread's children (`/proc/PID/task/TID/children`).
+fn children_lists() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| Path::new("/proc/thread-self/children").exists())
+}
+
+/// `tree_threads` from the parent links of every process in /proc.
+fn tree_threads_by_scan(pid: i32) -> Vec<i32> {
     let mut pids = vec![pid];
     pids.extend(descendants(pid));
     pids.into_iter()
@@ -1252,5 +1275,45 @@ mod proc_tests {
         assert_eq!(tree_of(me, 1), vec![me]);
         let _ = c.kill();
         let _ = c.wait();
+    }
+
+    /// The children lists find the threads the scan of /proc finds: a grandchild's too, and
+    /// a thread of the root.
+    #[test]
+    fn a_trees_threads_are_found_by_the_children_lists_as_by_the_scan() {
+        if !children_lists() {
+            crate::testutil::skip("this kernel has no /proc/PID/task/TID/children");
+            return;
+        }
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & (sleep 5 & wait) & wait"])
+            .spawn()
+            .unwrap();
+        let pid = sh.id() as i32;
+        // sh, its two children and the subshell's sleep.
+        let t = std::time::Instant::now();
+        while tree_of(pid, 8).len() < 4 && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut by_lists = tree_threads(pid);
+        let mut by_scan = tree_threads_by_scan(pid);
+        by_lists.sort_unstable();
+        by_scan.sort_unstable();
+        assert_eq!(by_lists.len(), 4, "{by_lists:?}");
+        assert_eq!(by_lists, by_scan);
+        // This process: its own thread, and the shell's tree below it.
+        let me = std::process::id() as i32;
+        let mine = tree_threads(me);
+        assert!(mine.contains(&me), "{mine:?}");
+        assert!(by_lists.iter().all(|t| mine.contains(t)), "{mine:?}");
+        for &p in by_lists.iter().filter(|&&p| p != pid) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = sh.kill();
+        let _ = sh.wait();
+        assert!(tree_threads(i32::MAX).is_empty());
     }
 }
