@@ -8,7 +8,7 @@ pub mod auto;
 pub mod strategy;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::plan::{BlockDevice, Entry, Plan, Provenance};
 use crate::resolve::{DirOwner, FileId, FileKind, Resolver};
@@ -192,6 +192,12 @@ pub fn build_base_with(
         }
     }
     let anchor_of = |dev: Dev| anchors.get(&dev).copied();
+    // The directories by path, for the listings a warm learning run derives.
+    let dir_at: HashMap<&Path, &FileId> = if bo.derive_lookups {
+        resolver.dirs().map(|d| (d.path.as_path(), d)).collect()
+    } else {
+        HashMap::new()
+    };
     let volatile_since = bo.volatile_since_ns;
     let mut file_idx = |id: &FileId, files: &mut Vec<FileId>| -> u32 {
         *file_index.entry((id.dev, id.ino)).or_insert_with(|| {
@@ -227,6 +233,26 @@ pub fn build_base_with(
                             continue; // beyond EOF: a read() request longer than the file
                         }
                         let len = (a.pages * ps).min(id.size - offset);
+                        if bo.derive_lookups && !looked_up.contains(&(dev, ino)) {
+                            // A cold launch reads the blocks of each directory on the way to
+                            // the file (its name, and the names it missed there: a loader's
+                            // or an interpreter's search), which a warm one reads from memory:
+                            // `record`'s plans list them, from those reads; the daemon's held
+                            // 4 of the 43 listings of `record`'s R plan (docs/measurements.md,
+                            // 2026-11-29). Outermost first, as a path walk reads them;
+                            // directories on a block device only.
+                            let up: Vec<&Path> = id.path.ancestors().skip(1).collect();
+                            for d in up.into_iter().rev().filter_map(|a| dir_at.get(a)) {
+                                if d.dev.major != 0 && listed.insert((d.dev, d.ino)) {
+                                    let file = file_idx(d, &mut files);
+                                    items.push(Item {
+                                        entry: Entry::ListDir { file },
+                                        t,
+                                        disk: None,
+                                    });
+                                }
+                            }
+                        }
                         let file = file_idx(id, &mut files);
                         if bo.derive_lookups && looked_up.insert((dev, ino)) {
                             items.push(Item {
@@ -580,6 +606,89 @@ mod tests {
         assert_eq!(p.provenance.traced_data_bytes, (1 + 4 + 3 + 1) * 4096);
         assert_eq!(p.provenance.runs, vec![4, 5]);
         assert_eq!(p.provenance.dropped_pages, 2);
+    }
+
+    /// A run learned warm reads no directory block, so the directories on the way to each file
+    /// it read are listed before the file's lookup, outermost first, once each; a cold run's
+    /// listings come from the blocks it read.
+    #[test]
+    fn a_warm_run_lists_the_directories_on_the_way_to_its_files() {
+        // In the source tree: a block device's filesystem, as an app's files are.
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let a = sub.join("a");
+        let b = sub.join("b");
+        std::fs::write(&a, vec![1u8; 8192]).unwrap();
+        std::fs::write(&b, vec![1u8; 4096]).unwrap();
+        let mut r = Resolver::default();
+        for p in [&a, &b, &sub, &dir.path().to_path_buf()] {
+            r.add(p);
+        }
+        let id = |p: &Path| FileId::of(p).unwrap();
+        let file = |p: &Path| Target::File {
+            dev: id(p).dev,
+            ino: id(p).ino,
+        };
+        let seq = LaunchSequence {
+            page_size: 4096,
+            accesses: vec![acc(file(&a), 0, 2, 10), acc(file(&b), 0, 1, 20)],
+            ..LaunchSequence::default()
+        };
+        let build = |derive_lookups| {
+            let bo = BaseOptions {
+                derive_lookups,
+                ..BaseOptions::default()
+            };
+            let base = build_base_with(
+                "app",
+                &seq,
+                &r,
+                &FakeDevs,
+                &crate::resolve::NoDirs,
+                &mut NoDisk,
+                vec![],
+                &bo,
+            );
+            let files = base.skeleton.files.clone();
+            let shown: Vec<String> = base
+                .items
+                .iter()
+                .map(|i| match i.entry {
+                    Entry::ListDir { file } => {
+                        format!("list {}", files[file as usize].path.display())
+                    }
+                    Entry::Lookup { file } => {
+                        format!("lookup {}", files[file as usize].path.display())
+                    }
+                    Entry::Data { file, .. } => {
+                        format!("data {}", files[file as usize].path.display())
+                    }
+                    e => format!("{e:?}"),
+                })
+                .collect();
+            shown
+        };
+        assert!(
+            id(dir.path()).dev.major != 0,
+            "the source tree is on a block device"
+        );
+        let d = dir.path().display();
+        assert_eq!(
+            build(true),
+            vec![
+                format!("list {d}"),
+                format!("list {d}/sub"),
+                format!("lookup {d}/sub/a"),
+                format!("data {d}/sub/a"),
+                format!("lookup {d}/sub/b"),
+                format!("data {d}/sub/b"),
+            ]
+        );
+        assert_eq!(
+            build(false),
+            vec![format!("data {d}/sub/a"), format!("data {d}/sub/b")]
+        );
     }
 
     #[test]
