@@ -3,9 +3,9 @@
 issues its first request. N idle processes (`sleep`) run throughout; each round, for each
 daemon binary (interleaved, the order reversed every other round), a daemon is started on a
 copy of the bench daemon's state (it learned the bench's apps), the cache dropped, the
-bench's pdflatex launched cold (an executable, not a script: its
-prefetch starts at the open of its exec) and the daemon stopped; the daemon's own figure for the launch
-("exec to first prefetch request", logged as it stops) is collected. Medians.
+bench's pdflatex launched cold (an executable, not a script: its prefetch starts at the
+open of its exec) and the daemon stopped; the daemon's own figure for the launch ("exec to
+first prefetch request", logged as it stops) is collected. Medians.
 
   daemon-busy.py ROUNDS N LABEL=BIN...     (root; after a `warmstart bench` run)"""
 import os, re, shutil, socket, statistics, subprocess, sys, tempfile, time

@@ -233,7 +233,8 @@ pub fn build_base_with(
                             continue; // beyond EOF: a read() request longer than the file
                         }
                         let len = (a.pages * ps).min(id.size - offset);
-                        if bo.derive_lookups && !looked_up.contains(&(dev, ino)) {
+                        let file = file_idx(id, &mut files);
+                        if bo.derive_lookups && looked_up.insert((dev, ino)) {
                             // A cold launch reads the blocks of each directory on the way to
                             // the file (its name, and the names it missed there: a loader's
                             // or an interpreter's search), which a warm one reads from memory:
@@ -244,17 +245,14 @@ pub fn build_base_with(
                             let up: Vec<&Path> = id.path.ancestors().skip(1).collect();
                             for d in up.into_iter().rev().filter_map(|a| dir_at.get(a)) {
                                 if d.dev.major != 0 && listed.insert((d.dev, d.ino)) {
-                                    let file = file_idx(d, &mut files);
+                                    let dir = file_idx(d, &mut files);
                                     items.push(Item {
-                                        entry: Entry::ListDir { file },
+                                        entry: Entry::ListDir { file: dir },
                                         t,
                                         disk: None,
                                     });
                                 }
                             }
-                        }
-                        let file = file_idx(id, &mut files);
-                        if bo.derive_lookups && looked_up.insert((dev, ino)) {
                             items.push(Item {
                                 entry: Entry::Lookup { file },
                                 t,
@@ -651,8 +649,7 @@ mod tests {
                 &bo,
             );
             let files = base.skeleton.files.clone();
-            let shown: Vec<String> = base
-                .items
+            base.items
                 .iter()
                 .map(|i| match i.entry {
                     Entry::ListDir { file } => {
@@ -666,8 +663,7 @@ mod tests {
                     }
                     e => format!("{e:?}"),
                 })
-                .collect();
-            shown
+                .collect::<Vec<String>>()
         };
         assert!(
             id(dir.path()).dev.major != 0,
