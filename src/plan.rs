@@ -279,6 +279,111 @@ impl Overlap {
     }
 }
 
+/// What a launch looks at before it starts, kept beside its plan so that telling a warm launch
+/// from a cold one does not decode the whole plan: python's plan (3244 entries, 1377 files,
+/// 227 KB inflated) took the launcher 1.1-1.3 ms to read and decode, pdflatex's 0.14 ms
+/// (`cargo run --release --example front_cost`, docs/measurements.md, 2026-11-29 fourth
+/// entry), on every warm launch, before the app's exec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Look {
+    /// The files the ranges below name (indices into this table, not the plan's).
+    pub files: Vec<FileId>,
+    /// `LOOK_SAMPLES` data ranges spread over the whole plan, in plan order: (file, offset,
+    /// len).
+    pub samples: Vec<(u32, u64, u64)>,
+    /// The data ranges among the plan's first `LOOK_HEAD` entries, in plan order: where the
+    /// executable's first pages are.
+    pub head: Vec<(u32, u64, u64)>,
+}
+
+pub const LOOK_MAGIC: [u8; 4] = *b"WSLK";
+pub const LOOK_VERSION: u16 = 1;
+/// Data entries sampled across the whole plan to tell a warm launch (see
+/// `prefetch::sample_residency`).
+pub const LOOK_SAMPLES: usize = 16;
+/// How many of the plan's first entries `prefetch::warm_executable` looks through.
+pub const LOOK_HEAD: usize = 128;
+
+impl Look {
+    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        codec::encode(LOOK_MAGIC, LOOK_VERSION, self)
+    }
+
+    /// Decode and validate; any malformed input is an error.
+    pub fn decode(bytes: &[u8]) -> Result<Look, CodecError> {
+        let l: Look = codec::decode(LOOK_MAGIC, LOOK_VERSION, bytes)?;
+        let n = l.files.len();
+        for &(file, offset, len) in l.samples.iter().chain(&l.head) {
+            if file as usize >= n || len == 0 || offset.checked_add(len).is_none() {
+                return Err(CodecError::Invalid(format!(
+                    "look range ({file}, {offset}, {len}) of {n} files"
+                )));
+            }
+        }
+        Ok(l)
+    }
+
+    /// The data ranges of file (`dev`, `ino`) in the plan's head, in plan order.
+    pub fn head_of(&self, dev: Dev, ino: u64) -> Vec<(u64, u64)> {
+        self.head
+            .iter()
+            .filter(|&&(file, _, _)| {
+                self.files
+                    .get(file as usize)
+                    .is_some_and(|f| f.dev == dev && f.ino == ino)
+            })
+            .map(|&(_, offset, len)| (offset, len))
+            .collect()
+    }
+}
+
+impl Plan {
+    /// The plan's `Look`: its sampled data ranges and the data ranges of its head.
+    pub fn look(&self) -> Look {
+        let data: Vec<(u32, u64, u64)> = self
+            .entries
+            .iter()
+            .filter_map(|e| match *e {
+                Entry::Data { file, offset, len } => Some((file, offset, len)),
+                _ => None,
+            })
+            .collect();
+        let samples: Vec<(u32, u64, u64)> = (1..=LOOK_SAMPLES)
+            .filter_map(|k| data.get(k * data.len() / (LOOK_SAMPLES + 1)).copied())
+            .collect();
+        let head: Vec<(u32, u64, u64)> = self
+            .entries
+            .iter()
+            .take(LOOK_HEAD)
+            .filter_map(|e| match *e {
+                Entry::Data { file, offset, len } => Some((file, offset, len)),
+                _ => None,
+            })
+            .collect();
+        // Only the files these name, renumbered in order of first mention.
+        let mut index: Vec<u32> = Vec::new();
+        let mut files = Vec::new();
+        let mut renumber = |(file, offset, len): (u32, u64, u64)| {
+            let i = match index.iter().position(|&f| f == file) {
+                Some(i) => i,
+                None => {
+                    files.push(self.files.get(file as usize)?.clone());
+                    index.push(file);
+                    index.len() - 1
+                }
+            };
+            Some((i as u32, offset, len))
+        };
+        let samples = samples.into_iter().filter_map(&mut renumber).collect();
+        let head = head.into_iter().filter_map(&mut renumber).collect();
+        Look {
+            files,
+            samples,
+            head,
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -344,6 +449,54 @@ pub(crate) mod tests {
             t_exp_ms: None,
             notes: vec!["a note".into()],
         }
+    }
+
+    /// A plan's look names only the files of its samples and head, in their order, and
+    /// decodes back; a look whose ranges name a file it lacks is refused.
+    #[test]
+    fn a_plans_look_holds_its_samples_and_head() {
+        let mut plan = sample_plan();
+        let data = |file, offset| Entry::Data {
+            file,
+            offset,
+            len: 4096,
+        };
+        plan.entries = (0..200u64)
+            .map(|i| data((i % 2) as u32, i * 4096))
+            .collect();
+        let look = plan.look();
+        assert_eq!(look.samples.len(), LOOK_SAMPLES);
+        assert_eq!(look.head.len(), LOOK_HEAD);
+        // Renumbered by first mention, samples first: the first sample (entry 11) is file 1's.
+        assert_eq!(
+            look.files,
+            vec![plan.files[1].clone(), plan.files[0].clone()]
+        );
+        // The k-th sample is the k-th of 17 equal parts of the data entries.
+        let (f, off, len) = look.samples[0];
+        assert_eq!((off, len), (200 / 17 * 4096, 4096));
+        assert_eq!(look.files[f as usize], plan.files[(200 / 17 % 2) as usize]);
+        assert_eq!(
+            look.head_of(plan.files[1].dev, plan.files[1].ino)[0],
+            (4096, 4096)
+        );
+        let bytes = look.encode().unwrap();
+        assert_eq!(Look::decode(&bytes).unwrap(), look);
+        let mut bad = look.clone();
+        bad.head.push((2, 0, 4096));
+        assert!(matches!(
+            Look::decode(&bad.encode().unwrap()),
+            Err(CodecError::Invalid(_))
+        ));
+        assert!(Look::decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(
+            Look::decode(&plan.encode().unwrap()).is_err(),
+            "a plan is not a look"
+        );
+        // A plan without data entries looks at nothing.
+        plan.entries = vec![Entry::Lookup { file: 1 }];
+        let empty = plan.look();
+        assert!(empty.samples.is_empty() && empty.head.is_empty() && empty.files.is_empty());
     }
 
     #[test]

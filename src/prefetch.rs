@@ -16,7 +16,7 @@ use nix::fcntl::{open, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 use serde::Serialize;
 
-use crate::plan::{Entry, Plan};
+use crate::plan::{Entry, Look, Plan};
 use crate::resolve::{FileId, FileKind};
 use crate::sys::{self, Dev};
 use crate::trace::knobs;
@@ -228,7 +228,7 @@ const WARM_SHARE: f64 = 0.9;
 /// is not issued: on a warm cache soffice's plan took 20-40 ms of system CPU to go through
 /// (569 opens, 2084 stats, 2388 readaheads and residency checks), the whole of its measured
 /// warm-launch overhead on two vCPUs (bench/results: +33 ms).
-const WARM_SAMPLES: usize = 16;
+const WARM_SAMPLES: usize = crate::plan::LOOK_SAMPLES;
 
 /// Largest single readahead(2): the kernel silently trims a request to
 /// max(read_ahead_kb, max_sectors_kb) of the file's device, so longer ranges are split.
@@ -259,7 +259,7 @@ fn readahead_chunk(dev: Dev) -> u64 {
 /// tail of that page), and then the dynamic loader's first fault, on `.dynamic` in the data
 /// segment 5.3 MB into python3, waited ~4-7 ms behind the text before it. So the
 /// `exec_order` ranges go first (see there). Then the executable's ranges among the plan's
-/// first `EXE_PLAN_HEAD` entries (the plan is in first-use order): python3 faults on its text
+/// first `plan::LOOK_HEAD` entries (the plan is in first-use order): python3 faults on its text
 /// 0.3 ms after exec, before the prefetcher has issued anything, and a fault on a page not yet
 /// requested makes the kernel read around it, here 8 MiB: the whole binary, 1 MB at a time,
 /// with the pages wanted next somewhere in the queue (traced: a 5.3 ms wait at 2 ms). The
@@ -269,7 +269,7 @@ fn readahead_chunk(dev: Dev) -> u64 {
 /// Returns whether those ranges were (nearly) all in memory before it asked for them: the
 /// first sign of a warm launch, free to take (the file is open anyway), which
 /// `sample_residency` then confirms.
-pub fn warm_executable(path: &Path, plan: Option<&Plan>) -> bool {
+pub fn warm_executable(path: &Path, look: Option<&Look>) -> bool {
     // The path may name a symlink (/usr/bin/python3); the file is what exec will map.
     let Ok(real) = std::fs::canonicalize(path) else {
         return false;
@@ -288,10 +288,7 @@ pub fn warm_executable(path: &Path, plan: Option<&Plan>) -> bool {
     let chunk = readahead_chunk(dev);
     let ranges: Vec<(u64, u64)> = exec_order(&head[..n])
         .into_iter()
-        .chain(
-            plan.map(|p| plan_head_of(p, dev, st.st_ino))
-                .unwrap_or_default(),
-        )
+        .chain(look.map(|l| l.head_of(dev, st.st_ino)).unwrap_or_default())
         .map(|(offset, len)| (offset, len.min(chunk)))
         .collect();
     // Looked at before any of them is asked for: pages being read count as cached.
@@ -299,8 +296,11 @@ pub fn warm_executable(path: &Path, plan: Option<&Plan>) -> bool {
     for &(offset, len) in &ranges {
         resident.add(&fd, offset, len);
     }
-    for (offset, len) in ranges {
-        let _ = sys::readahead(fd.as_fd(), offset, len);
+    // All in memory (a warm launch): nothing to ask for, a dozen syscalls fewer before it.
+    if resident.cached < resident.seen {
+        for (offset, len) in ranges {
+            let _ = sys::readahead(fd.as_fd(), offset, len);
+        }
     }
     resident.warm()
 }
@@ -331,34 +331,24 @@ impl Resident {
 }
 
 /// How much of the plan's data is in memory already (`Resident::warm`: whether the plan looks
-/// warm), sampled: `WARM_SAMPLES` data entries spread over the whole plan, the prefetch's own
-/// check (`spread_resident`) made before anything starts, so that a warm launch is neither
+/// warm), sampled: the `Look`'s data entries spread over the whole plan (`Plan::look`), the
+/// prefetch's own check (`spread_resident`) made before anything starts, so that a warm launch is neither
 /// held for the plan's head nor kept off a CPU (warm pdflatex: +8.5 ms with both,
 /// docs/measurements.md, 2026-11-27, fifth entry).
 /// The samples are looked at from the plan's end, where the app's own files are (its head is
 /// mostly shared libraries, warm on a desktop while the app is not), and the look stops at
 /// the first sample that settles it as cold: a cold plan costs one or two opens.
-pub fn sample_residency(plan: &Plan) -> Resident {
-    let data: Vec<(u32, u64, u64)> = plan
-        .entries
-        .iter()
-        .filter_map(|e| match *e {
-            Entry::Data { file, offset, len } => Some((file, offset, len)),
-            _ => None,
-        })
-        .collect();
-    let samples: Vec<(u32, u64, u64)> = (1..=WARM_SAMPLES)
-        .filter_map(|k| data.get(k * data.len() / (WARM_SAMPLES + 1)).copied())
-        .collect();
+pub fn sample_residency(look: &Look) -> Resident {
+    let samples = &look.samples;
     let total: u64 = samples.iter().map(|s| s.2).sum();
     let mut resident = Resident::default();
     // Each sampled file opened once (a plan's large files hold several samples).
-    let mut opened: Vec<(u32, Option<OwnedFd>)> = Vec::with_capacity(WARM_SAMPLES);
+    let mut opened: Vec<(u32, Option<OwnedFd>)> = Vec::with_capacity(samples.len());
     for &(file, offset, len) in samples.iter().rev() {
         let i = match opened.iter().position(|(f, _)| *f == file) {
             Some(i) => i,
             None => {
-                let fd = plan
+                let fd = look
                     .files
                     .get(file as usize)
                     .and_then(|f| open_checked(f, None).ok());
@@ -376,25 +366,6 @@ pub fn sample_residency(plan: &Plan) -> Resident {
         }
     }
     resident
-}
-
-/// How many of the plan's first entries `warm_executable` looks through.
-const EXE_PLAN_HEAD: usize = 128;
-
-/// The data ranges of file (`dev`, `ino`) among the plan's first `EXE_PLAN_HEAD` entries, in
-/// plan order.
-fn plan_head_of(plan: &Plan, dev: Dev, ino: u64) -> Vec<(u64, u64)> {
-    plan.entries
-        .iter()
-        .take(EXE_PLAN_HEAD)
-        .filter_map(|e| match *e {
-            Entry::Data { file, offset, len } => {
-                let f = plan.files.get(file as usize)?;
-                (f.dev == dev && f.ino == ino).then_some((offset, len))
-            }
-            _ => None,
-        })
-        .collect()
 }
 
 /// What `warm_executable` reads synchronously to find the program headers.
@@ -1430,28 +1401,28 @@ mod tests {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let (own, plan) = lib_and_own(dir.path());
         // Just written: every page cached.
-        assert!(sample_residency(&plan).warm());
+        assert!(sample_residency(&plan.look()).warm());
         nix::unistd::sync();
         crate::testutil::evict(&own);
         if sys::cached_pages_of(&own).unwrap() > 0 {
             return crate::testutil::skip("this filesystem does not evict on POSIX_FADV_DONTNEED");
         }
         assert!(
-            !sample_residency(&plan).warm(),
+            !sample_residency(&plan.look()).warm(),
             "the app's own files are not in memory"
         );
         // Read back whole: warm again.
         std::fs::read(&own).unwrap();
-        assert!(sample_residency(&plan).warm());
+        assert!(sample_residency(&plan.look()).warm());
         // Replaced by another file of the same name: not the planned file, so not warm.
         std::fs::remove_file(&own).unwrap();
         std::fs::write(&own, vec![2u8; 9 << 20]).unwrap();
         assert!(
-            !sample_residency(&plan).warm(),
+            !sample_residency(&plan.look()).warm(),
             "a changed file is not the plan's"
         );
         assert!(
-            !sample_residency(&plan_for(vec![], vec![])).warm(),
+            !sample_residency(&plan_for(vec![], vec![]).look()).warm(),
             "nothing to look at"
         );
     }
@@ -1731,12 +1702,13 @@ mod tests {
             data(0, 0),
         ];
         // Past the head: not the launcher's.
-        entries.extend((0..EXE_PLAN_HEAD as u64).map(|i| data(1, i * 4096)));
+        entries.extend((0..crate::plan::LOOK_HEAD as u64).map(|i| data(1, i * 4096)));
         entries.push(data(0, 4096 * 9));
         let plan = plan_for(vec![id(5), id(6)], entries);
         let dev = plan.files[0].dev;
-        assert_eq!(plan_head_of(&plan, dev, 5), vec![(8192, 4096), (0, 4096)]);
-        assert!(plan_head_of(&plan, dev, 7).is_empty());
+        let look = plan.look();
+        assert_eq!(look.head_of(dev, 5), vec![(8192, 4096), (0, 4096)]);
+        assert!(look.head_of(dev, 7).is_empty());
     }
 
     #[test]

@@ -9,13 +9,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::app::AppKey;
 use crate::codec::{self, CodecError};
-use crate::plan::Plan;
+use crate::plan::{Look, Plan};
 use crate::sequence::RawRun;
 
 pub const DEFAULT_DB: &str = "/var/lib/warmstart/warmstart.db";
 const RUN_MAGIC: [u8; 4] = *b"WSRR";
 const RUN_VERSION: u16 = 3;
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// The history's names for how a launch ran (`LaunchRecord::mode`). Only `RUN` launches are
 /// compared by `auto` and Paralfetch's dynamic scheduling: the others are slowed by tracing.
@@ -541,6 +541,33 @@ impl Store {
             tx.execute_batch("ALTER TABLE bursts ADD COLUMN opener TEXT;")
                 .map_err(sql)?;
         }
+        if v < 7 {
+            // Each plan's `Look` beside it, so that a launch tells warm from cold without
+            // decoding the whole plan (`plan_look`). Made here for the plans there are; a
+            // plan that does not decode keeps none, and its launch decodes it and fails as
+            // before.
+            tx.execute_batch("ALTER TABLE plans ADD COLUMN look BLOB;")
+                .map_err(sql)?;
+            let plans: Vec<(i64, String, Vec<u8>)> = {
+                let mut stmt = tx
+                    .prepare("SELECT app_id, strategy, data FROM plans")
+                    .map_err(sql)?;
+                let rows = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .map_err(sql)?;
+                rows.collect::<rusqlite::Result<_>>().map_err(sql)?
+            };
+            for (app_id, strategy, data) in plans {
+                let Ok(look) = Plan::decode(&data).and_then(|p| p.look().encode()) else {
+                    continue;
+                };
+                tx.execute(
+                    "UPDATE plans SET look = ?1 WHERE app_id = ?2 AND strategy = ?3",
+                    params![look, app_id, strategy],
+                )
+                .map_err(sql)?;
+            }
+        }
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(sql)?;
         tx.commit().map_err(sql)
@@ -788,20 +815,23 @@ impl Store {
         plan: &Plan,
     ) -> Result<rusqlite::Result<()>, StoreError> {
         let blob = plan.encode()?;
+        let look = plan.look().encode()?;
         let s = plan.summary();
         Ok(tx
             .execute(
-                "INSERT INTO plans(app_id, strategy, created_at, entries, bytes, data)
-                 VALUES(?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO plans(app_id, strategy, created_at, entries, bytes, data, look)
+                 VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT(app_id, strategy) DO UPDATE SET created_at = excluded.created_at,
-                    entries = excluded.entries, bytes = excluded.bytes, data = excluded.data",
+                    entries = excluded.entries, bytes = excluded.bytes, data = excluded.data,
+                    look = excluded.look",
                 params![
                     app_id,
                     plan.strategy,
                     crate::sys::now_unix(),
                     s.entries as i64,
                     s.bytes as i64,
-                    blob
+                    blob,
+                    look
                 ],
             )
             .map(|_| ()))
@@ -825,6 +855,26 @@ impl Store {
     /// `CorruptPlan`.
     pub fn plan(&self, app: &AppRow) -> Result<Option<Plan>, StoreError> {
         self.plan_for(app, "trace")
+    }
+
+    /// What a launch of the app with its plan for `strategy` looks at first: None without
+    /// such a plan, Some(None) when the plan has no `Look` stored or it does not decode (the
+    /// caller then decodes the plan, which says what is wrong with it).
+    pub fn plan_look(
+        &self,
+        app: &AppRow,
+        strategy: &str,
+    ) -> Result<Option<Option<Look>>, StoreError> {
+        let blob: Option<Option<Vec<u8>>> = self
+            .conn
+            .query_row(
+                "SELECT look FROM plans WHERE app_id = ?1 AND strategy = ?2",
+                params![app.id, strategy],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.sql(e))?;
+        Ok(blob.map(|b| b.and_then(|b| Look::decode(&b).ok())))
     }
 
     /// The app's plan for `strategy`.
@@ -1237,7 +1287,7 @@ impl Store {
     pub fn corrupt_plan_for_test(&mut self, app_id: i64, bytes: &[u8]) -> Result<(), StoreError> {
         self.conn
             .execute(
-                "UPDATE plans SET data = ?1 WHERE app_id = ?2",
+                "UPDATE plans SET data = ?1, look = NULL WHERE app_id = ?2",
                 params![bytes, app_id],
             )
             .map_err(|e| self.sql(e))?;
@@ -1346,6 +1396,37 @@ mod tests {
         let mut r = Store::open_read_only(&db).unwrap();
         assert_eq!(r.apps().unwrap().len(), 1);
         assert!(r.upsert_app(&key("b")).is_err(), "read-only");
+    }
+
+    /// A plan's look is stored beside it, and a database from before looks gets one for each
+    /// plan that decodes when it is migrated; a plan without one (or with a broken one) says
+    /// so, and a missing plan is None.
+    #[test]
+    fn a_plans_look_is_kept_beside_it_and_made_for_older_plans() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ws.db");
+        let mut s = Store::open(&db).unwrap();
+        let id = s.upsert_app(&key("/usr/bin/x")).unwrap();
+        let plan = sample_plan();
+        s.put_plan(id, &plan).unwrap();
+        let app = s.app_by_key("/usr/bin/x").unwrap().unwrap();
+        assert_eq!(s.plan_look(&app, "trace").unwrap(), Some(Some(plan.look())));
+        assert_eq!(s.plan_look(&app, "fast").unwrap(), None, "no such plan");
+        // As version 6 left it: no look column.
+        s.conn
+            .execute_batch("ALTER TABLE plans DROP COLUMN look; PRAGMA user_version = 6;")
+            .unwrap();
+        drop(s);
+        let mut s = Store::open(&db).unwrap();
+        assert_eq!(s.plan_look(&app, "trace").unwrap(), Some(Some(plan.look())));
+        s.corrupt_plan_for_test(id, b"WSPL\x05\x00garbage").unwrap();
+        assert_eq!(s.plan_look(&app, "trace").unwrap(), Some(None));
+        s.conn.execute("UPDATE plans SET look = x'00'", []).unwrap();
+        assert_eq!(
+            s.plan_look(&app, "trace").unwrap(),
+            Some(None),
+            "a broken look"
+        );
     }
 
     #[test]

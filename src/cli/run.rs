@@ -29,7 +29,7 @@ use super::record::{key_of, parse_strategy};
 use super::{human_bytes, RunArgs};
 use crate::launch::{exit_like, resolve_command, Forwarder, LaunchError};
 use crate::placement::{self, Placement};
-use crate::plan::Plan;
+use crate::plan::{Look, Plan};
 use crate::prefetch::{KnobHold, PrefetchOptions, PrefetchReport};
 use crate::schedule::{auto, Strategy};
 use crate::serve::{Served, Serving};
@@ -57,11 +57,55 @@ fn mode_of(traced: bool) -> &'static str {
 struct Chosen {
     store: Store,
     app: AppRow,
-    plan: Plan,
+    /// What the launch looks at first; the plan itself is decoded only if the launch is not
+    /// warm (`Chosen::plan`).
+    look: Look,
+    /// The plan, if already decoded.
+    plan: Option<Plan>,
+    /// Whose plan it is: the strategy's, or `trace` for a plan from before strategies.
+    plan_name: &'static str,
     strategy: Strategy,
     why: String,
     /// `auto` chose the strategy.
     by_auto: bool,
+}
+
+impl Chosen {
+    /// With the whole plan: decoded now unless it was already.
+    fn into_planned(self) -> anyhow::Result<Planned> {
+        let plan = match self.plan {
+            Some(p) => p,
+            None => self
+                .store
+                .plan_for(&self.app, self.plan_name)?
+                .ok_or_else(|| anyhow::anyhow!("{}: its plan is gone", self.app.key))?,
+        };
+        Ok(Planned {
+            store: self.store,
+            app: self.app,
+            plan,
+            strategy: self.strategy,
+            why: self.why,
+            by_auto: self.by_auto,
+        })
+    }
+}
+
+/// A chosen plan, decoded.
+struct Planned {
+    store: Store,
+    app: AppRow,
+    plan: Plan,
+    strategy: Strategy,
+    why: String,
+    by_auto: bool,
+}
+
+/// A launch with a plan, once its look is taken.
+enum Ready {
+    /// In memory already: launched at once, its plan not decoded.
+    Warm(Box<Chosen>),
+    Planned(Box<Planned>),
 }
 
 /// What a launch of a known app does.
@@ -145,18 +189,29 @@ fn load_plan(
             }
         }
     };
-    let plan = match store.plan_for(&app, strategy.name())? {
-        Some(p) => p,
-        // Plans from before strategies existed: the launch-order plan.
-        None => match store.plan(&app)? {
-            Some(p) => p,
+    // Plans from before strategies existed: the launch-order plan.
+    let (plan_name, look) = match store.plan_look(&app, strategy.name())? {
+        Some(l) => (strategy.name(), l),
+        None => match store.plan_look(&app, Strategy::Trace.name())? {
+            Some(l) => (Strategy::Trace.name(), l),
+            None => return Ok(None),
+        },
+    };
+    // Without a stored look (or a traced launch, whose prefetcher runs anyway) the plan is
+    // decoded now and its look made from it.
+    let (look, plan) = match look.filter(|_| !traced) {
+        Some(l) => (l, None),
+        None => match store.plan_for(&app, plan_name)? {
+            Some(p) => (p.look(), Some(p)),
             None => return Ok(None),
         },
     };
     Ok(Some(Decision::Prefetch(Box::new(Chosen {
         store,
         app,
+        look,
         plan,
+        plan_name,
         strategy,
         why,
         by_auto,
@@ -266,7 +321,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     // Only now: issued first, the executable's readahead (then the whole binary, megabytes)
     // queued ahead of the path lookups and database reads above and delayed them by ~5 ms.
-    let exe_warm = crate::prefetch::warm_executable(&exe, chosen.as_ref().map(|c| &c.plan));
+    let exe_warm = crate::prefetch::warm_executable(&exe, chosen.as_ref().map(|c| &c.look));
     let held = early_hold.and_then(|t| t.join().ok()).and_then(|r| {
         r.map_err(|e| tracing::debug!("inode readahead left on: {e}"))
             .ok()
@@ -294,48 +349,71 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
         reader: None,
     };
     let hold_cap = Duration::from_millis(a.hold_cap_ms);
-    match chosen {
-        Some(c) if a.stats => {
+    // A warm launch decodes no plan (python's: 1.1-1.3 ms before its exec); any other needs
+    // it now, or, if it cannot be read, runs plainly, as when there was none.
+    let look = chosen
+        .as_ref()
+        .filter(|_| exe_warm && !a.stats)
+        .map(|c| crate::prefetch::sample_residency(&c.look));
+    let warm = look.is_some_and(|l| l.warm());
+    let ready = match chosen {
+        None => None,
+        Some(c) if warm && !a.traced && !a.stats => Some(Ready::Warm(Box::new(c))),
+        Some(c) => match c.into_planned() {
+            Ok(p) => Some(Ready::Planned(Box::new(p))),
+            Err(e) => {
+                tracing::warn!("{}; running without prefetch", super::error_text(&e));
+                None
+            }
+        },
+    };
+    match ready {
+        Some(Ready::Planned(p)) if a.stats => {
             // The wrapper forwards signals from here on.
             Deferred::end(deferred, opts.inode_readahead_off.as_ref());
-            wrapped(c, db, opts, &exe, &a, &key.key, hold_cap)
+            wrapped(*p, db, opts, &exe, &a, &key.key, hold_cap)
         }
-        Some(c) => {
+        Some(Ready::Warm(c)) => {
+            // A warm launch: nothing to prefetch, hold or keep off a CPU, so no prefetcher
+            // either (it would only find the same and stop); a watcher times and records it,
+            // as warm, for `auto` to leave out. Its forked prefetcher cost a warm pdflatex
+            // launch ~7.5 ms of CPU (docs/measurements.md, 2026-11-27, sixth entry).
             let Chosen {
+                store,
+                app,
+                strategy,
+                by_auto,
+                ..
+            } = *c;
+            drop(store);
+            tracing::debug!("{}: the plan is in memory; launching at once", app.key);
+            // Puts inode readahead back: nothing is prefetched.
+            drop(opts);
+            Deferred::end(deferred, None);
+            detach_watcher(
+                db.to_path_buf(),
+                app,
+                t0,
+                Watched {
+                    strategy: strategy.name(),
+                    auto: by_auto,
+                    looked: look.unwrap_or_default(),
+                },
+                false,
+            );
+            exec_app(&exe, &a.command)
+        }
+        Some(Ready::Planned(p)) => {
+            let Planned {
                 store,
                 app,
                 plan,
                 strategy,
                 by_auto,
                 ..
-            } = c;
+            } = *p;
             // No connection may cross the fork; the prefetcher opens its own.
             drop(store);
-            let look = exe_warm.then(|| crate::prefetch::sample_residency(&plan));
-            let warm = look.is_some_and(|l| l.warm());
-            if let Some(look) = look.filter(|l| l.warm() && !a.traced) {
-                // A warm launch: nothing to prefetch, hold or keep off a CPU, so no prefetcher
-                // either (it would only find the same and stop); a watcher times and records
-                // it, as warm, for `auto` to leave out. Its forked prefetcher cost a warm
-                // pdflatex launch ~7.5 ms of CPU (docs/measurements.md, 2026-11-27, sixth
-                // entry).
-                tracing::debug!("{}: the plan is in memory; launching at once", app.key);
-                // Puts inode readahead back: nothing is prefetched.
-                drop(opts);
-                Deferred::end(deferred, None);
-                detach_watcher(
-                    db.to_path_buf(),
-                    app,
-                    t0,
-                    Watched {
-                        strategy: strategy.name(),
-                        auto: by_auto,
-                        looked: look,
-                    },
-                    false,
-                );
-                return exec_app(&exe, &a.command);
-            }
             // A traced warm launch keeps its prefetcher (`explain` attributes its waits),
             // but is neither held nor pinned: there is nothing to wait for.
             let hold = plan.hold_entries > 0 && !warm;
@@ -430,9 +508,11 @@ fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, w: Watched, traced: boo
             let _ = nix::sys::wait::waitpid(child, None);
         }
         Ok(ForkResult::Child) => {
-            sys::close_inherited_fds();
+            // The launch waits for this child to exit: it only forks (the caller's
+            // descriptors are closed by the watcher, not here).
             // SAFETY: as above; this process is single-threaded.
             if let Ok(ForkResult::Child) = unsafe { fork() } {
+                sys::close_inherited_fds();
                 // Out of the launch's process group and session: a signal to the group once
                 // the app has exited (the benchmark closes every launch so) killed the
                 // watcher before it recorded, and `auto`, which counts launches, then chose
@@ -828,7 +908,7 @@ fn spawn_and_wait(exe: &Path, argv: &[OsString]) -> anyhow::Result<(Exit, sys::U
 
 /// `--stats`: stay a wrapper so the report can follow the application's exit.
 fn wrapped(
-    c: Chosen,
+    c: Planned,
     db: &Path,
     opts: PrefetchOptions,
     exe: &Path,
@@ -836,7 +916,7 @@ fn wrapped(
     key: &str,
     hold_cap: Duration,
 ) -> anyhow::Result<i32> {
-    let Chosen {
+    let Planned {
         store,
         app,
         plan,

@@ -645,7 +645,7 @@ fn launch_ms(exec_ts: u64, ended: Option<Instant>) -> f64 {
 /// of its own would be prefetched behind the choice's back (soffice's `soffice.bin`).
 fn plain_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, app: AppRow, plan: &Plan) {
     let _active = ActiveGuard { sh, pid };
-    let looked = crate::prefetch::sample_residency(plan);
+    let looked = crate::prefetch::sample_residency(&plan.look());
     let Ok(pidfd) = sys::pidfd_open(pid) else {
         return; // gone already: nothing to time
     };
@@ -701,7 +701,7 @@ fn prefetch_launch(
     // What `run` gives a launch, as early as a launch found after its exec can have it: the
     // executable's pages in the order exec and the loader want them, the application kept
     // off the disk's interrupt CPU while the plan is issued, the prefetch beside it.
-    crate::prefetch::warm_executable(Path::new(&app.exe), Some(&plan));
+    crate::prefetch::warm_executable(Path::new(&app.exe), Some(&plan.look()));
     let placement = crate::placement::for_launch(pid, &plan);
     match &placement {
         Some(p) => tracing::debug!(
