@@ -546,8 +546,18 @@ impl Store {
             // decoding the whole plan (`plan_look`). Made here for the plans there are; a
             // plan that does not decode keeps none, and its launch decodes it and fails as
             // before.
-            tx.execute_batch("ALTER TABLE plans ADD COLUMN look BLOB;")
+            // (A database set back to an older version by hand may have it already.)
+            let has_look: bool = tx
+                .query_row(
+                    "SELECT COUNT(*) > 0 FROM pragma_table_info('plans') WHERE name = 'look'",
+                    [],
+                    |r| r.get(0),
+                )
                 .map_err(sql)?;
+            if !has_look {
+                tx.execute_batch("ALTER TABLE plans ADD COLUMN look BLOB;")
+                    .map_err(sql)?;
+            }
             let plans: Vec<(i64, String, Vec<u8>)> = {
                 let mut stmt = tx
                     .prepare("SELECT app_id, strategy, data FROM plans")

@@ -12,6 +12,7 @@
 //! running: a missing database, a corrupt plan or a refused device only turn prefetching off.
 
 use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -246,6 +247,9 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     let has_db = db.exists();
     // Blocked before the knob thread starts, so that it inherits the mask too.
     let deferred = has_db.then(Deferred::block).flatten();
+    // Before any thread starts (and while this process is small): a launch that goes
+    // without a prefetcher tells it what to record.
+    let watcher = has_db.then(|| Watcher::fork(db, t0)).flatten();
     let early_hold = has_db
         .then(|| {
             std::thread::Builder::new()
@@ -369,6 +373,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
     };
     match ready {
         Some(Ready::Planned(p)) if a.stats => {
+            drop(watcher);
             // The wrapper forwards signals from here on.
             Deferred::end(deferred, opts.inode_readahead_off.as_ref());
             wrapped(*p, db, opts, &exe, &a, &key.key, hold_cap)
@@ -390,17 +395,14 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             // Puts inode readahead back: nothing is prefetched.
             drop(opts);
             Deferred::end(deferred, None);
-            detach_watcher(
-                db.to_path_buf(),
-                app,
-                t0,
-                Watched {
+            if let Some(w) = watcher {
+                let watched = Watched {
                     strategy: strategy.name(),
                     auto: by_auto,
                     looked: look.unwrap_or_default(),
-                },
-                false,
-            );
+                };
+                w.watch(app.id, watched, false);
+            }
             exec_app(&exe, &a.command)
         }
         Some(Ready::Planned(p)) => {
@@ -412,8 +414,10 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                 by_auto,
                 ..
             } = *p;
-            // No connection may cross the fork; the prefetcher opens its own.
+            // No connection may cross the fork; the prefetcher opens its own. Nor the
+            // watcher's pipe: the prefetcher times this launch.
             drop(store);
+            drop(watcher);
             // A traced warm launch keeps its prefetcher (`explain` attributes its waits),
             // but is neither held nor pinned: there is nothing to wait for.
             let hold = plan.hold_entries > 0 && !warm;
@@ -450,6 +454,7 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
             exec_app(&exe, &a.command)
         }
         None if a.stats => {
+            drop(watcher);
             Deferred::end(deferred, None);
             crate::serve::recover_placements();
             let started = Instant::now();
@@ -478,7 +483,11 @@ pub fn cmd(db: &Path, a: RunArgs) -> anyhow::Result<i32> {
                     auto: true,
                     looked,
                 };
-                detach_watcher(db.to_path_buf(), app, t0, plain, a.traced);
+                if let Some(w) = watcher {
+                    w.watch(app.id, plain, a.traced);
+                }
+            } else {
+                drop(watcher);
             }
             exec_app(&exe, &a.command)
         }
@@ -496,70 +505,142 @@ struct Watched {
     looked: crate::prefetch::Resident,
 }
 
-/// Time a launch started without a prefetcher (auto's `none`, or a warm one) from a detached
-/// grandchild, as the prefetcher times a prefetched one, and record it: so that `auto` keeps
-/// comparing plain launches with the strategies, and re-tries them.
-fn detach_watcher(db: PathBuf, app: AppRow, t0: Instant, w: Watched, traced: bool) {
-    let app_pid = std::process::id() as i32;
-    // SAFETY: no other thread runs now (the knob thread is joined); the intermediate child
-    // only forks again and _exits.
-    match unsafe { fork() } {
-        Ok(ForkResult::Parent { child }) => {
+/// The process that times and records a launch started without a prefetcher (auto's `none`,
+/// or a warm one), as the prefetcher times a prefetched one: so that `auto` keeps comparing
+/// plain launches with the strategies, and re-tries them. Forked (twice, so that it is not
+/// the application's child) when `run` starts, while this process is small and has no other
+/// thread, and told what to record (`watch`) just before the exec, or nothing (dropped): a
+/// double fork there held a warm launch ~0.5 ms more before its exec (docs/measurements.md,
+/// 2026-11-29, fourth entry).
+struct Watcher {
+    /// Written once with what to record; closed without a word, the watcher exits.
+    tell: Option<OwnedFd>,
+    /// The intermediate child, reaped before the exec (it exits at once).
+    child: Option<nix::unistd::Pid>,
+}
+
+/// What the watcher records, sent to it as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WatchOrder {
+    app_id: i64,
+    strategy: String,
+    auto: bool,
+    seen: u64,
+    cached: u64,
+    traced: bool,
+}
+
+impl Watcher {
+    /// Fork the watcher. Must be called while this process runs no other thread.
+    fn fork(db: &Path, t0: Instant) -> Option<Watcher> {
+        let app_pid = std::process::id() as i32;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+        // SAFETY: no other thread runs yet (called before the knob and database threads
+        // start); the intermediate child only forks again and _exits.
+        match unsafe { fork() } {
+            Ok(ForkResult::Parent { child }) => {
+                drop(r);
+                Some(Watcher {
+                    tell: Some(w),
+                    child: Some(child),
+                })
+            }
+            Ok(ForkResult::Child) => {
+                // SAFETY: as above; this process is single-threaded.
+                if let Ok(ForkResult::Child) = unsafe { fork() } {
+                    drop(w);
+                    watcher_main(r, db, app_pid, t0);
+                }
+                // SAFETY: _exit ends the intermediate child without running the parent's
+                // atexit handlers or flushing its copied buffers twice.
+                unsafe { libc::_exit(0) }
+            }
+            Err(e) => {
+                tracing::debug!("cannot time this launch: {e}");
+                None
+            }
+        }
+    }
+
+    /// Record this launch once the application (this process, after its exec) has exited.
+    fn watch(mut self, app_id: i64, w: Watched, traced: bool) {
+        let order = WatchOrder {
+            app_id,
+            strategy: w.strategy.into(),
+            auto: w.auto,
+            seen: w.looked.seen,
+            cached: w.looked.cached,
+            traced,
+        };
+        if let (Some(fd), Ok(msg)) = (self.tell.take(), serde_json::to_vec(&order)) {
+            let _ = std::fs::File::from(fd).write_all(&msg);
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Closed: a watcher told nothing exits.
+        drop(self.tell.take());
+        if let Some(child) = self.child.take() {
             let _ = nix::sys::wait::waitpid(child, None);
         }
-        Ok(ForkResult::Child) => {
-            // The launch waits for this child to exit: it only forks (the caller's
-            // descriptors are closed by the watcher, not here).
-            // SAFETY: as above; this process is single-threaded.
-            if let Ok(ForkResult::Child) = unsafe { fork() } {
-                sys::close_inherited_fds();
-                // Out of the launch's process group and session: a signal to the group once
-                // the app has exited (the benchmark closes every launch so) killed the
-                // watcher before it recorded, and `auto`, which counts launches, then chose
-                // its next plain launch again and again.
-                let _ = nix::unistd::setsid();
-                // A plain launch repairs what a killed prefetcher left pinned, as a
-                // prefetched one does.
-                crate::serve::recover_placements();
-                if let Ok(pidfd) = sys::pidfd_open(app_pid) {
-                    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-                    let left = TIMED_LAUNCH.saturating_sub(t0.elapsed()).as_millis();
-                    let exited = matches!(
-                        poll(&mut fds, PollTimeout::from(left.min(u16::MAX as u128) as u16)),
-                        Ok(n) if n > 0
-                    );
-                    let rec = LaunchRecord {
-                        at_unix: crate::sys::now_unix(),
-                        mode: mode_of(traced).into(),
-                        wall_ms: if exited {
-                            t0.elapsed().as_secs_f64() * 1e3
-                        } else {
-                            0.0
-                        },
-                        prefetched_bytes: w.looked.seen,
-                        resident_bytes: Some(w.looked.cached),
-                        strategy: Some(w.strategy.into()),
-                        auto: w.auto,
-                        ..LaunchRecord::default()
-                    };
-                    match Store::open(&db) {
-                        Ok(mut s) => {
-                            if let Err(e) = s.add_launch(app.id, &rec) {
-                                tracing::debug!("could not record the launch: {e}");
-                            }
-                            remember_choice(&mut s, &db, app.id);
-                        }
-                        Err(e) => tracing::debug!("could not record the launch: {e}"),
-                    }
-                }
-                std::process::exit(0);
-            }
-            // SAFETY: _exit ends the intermediate child without running the parent's atexit
-            // handlers or flushing its copied buffers twice.
-            unsafe { libc::_exit(0) }
-        }
-        Err(e) => tracing::debug!("cannot time this plain launch: {e}"),
     }
+}
+
+/// The watcher: waits for its order, then for the application to exit, and records the
+/// launch. Never returns.
+fn watcher_main(order: OwnedFd, db: &Path, app_pid: i32, t0: Instant) -> ! {
+    // Nothing else until told: the launch's start needs both CPUs (with the watcher setting
+    // itself up first, `run`'s own thread waited ~1 ms for one).
+    let mut msg = Vec::new();
+    let _ = std::fs::File::from(order).read_to_end(&mut msg);
+    let Ok(o) = serde_json::from_slice::<WatchOrder>(&msg) else {
+        // Told nothing: the launch has a prefetcher, or no app, or did not start.
+        // SAFETY: _exit ends this copy of `run` without its atexit handlers.
+        unsafe { libc::_exit(0) }
+    };
+    // Out of the launch's process group and session: a signal to the group once the app has
+    // exited (the benchmark closes every launch so) killed the watcher before it recorded,
+    // and `auto`, which counts launches, then chose its next plain launch again and again.
+    let _ = nix::unistd::setsid();
+    // Forked while `run` held them back; this process has nothing to put back.
+    let _ = Deferred::signals().thread_unblock();
+    sys::close_inherited_fds();
+    // A plain launch repairs what a killed prefetcher left pinned, as a prefetched one does.
+    crate::serve::recover_placements();
+    if let Ok(pidfd) = sys::pidfd_open(app_pid) {
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        let left = TIMED_LAUNCH.saturating_sub(t0.elapsed()).as_millis();
+        let exited = matches!(
+            poll(&mut fds, PollTimeout::from(left.min(u16::MAX as u128) as u16)),
+            Ok(n) if n > 0
+        );
+        let rec = LaunchRecord {
+            at_unix: crate::sys::now_unix(),
+            mode: mode_of(o.traced).into(),
+            wall_ms: if exited {
+                t0.elapsed().as_secs_f64() * 1e3
+            } else {
+                0.0
+            },
+            prefetched_bytes: o.seen,
+            resident_bytes: Some(o.cached),
+            strategy: Some(o.strategy),
+            auto: o.auto,
+            ..LaunchRecord::default()
+        };
+        match Store::open(db) {
+            Ok(mut s) => {
+                if let Err(e) = s.add_launch(o.app_id, &rec) {
+                    tracing::debug!("could not record the launch: {e}");
+                }
+                remember_choice(&mut s, db, o.app_id);
+            }
+            Err(e) => tracing::debug!("could not record the launch: {e}"),
+        }
+    }
+    std::process::exit(0)
 }
 
 /// Signals that would end `run` before the application starts, blocked while this process
