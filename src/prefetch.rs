@@ -281,6 +281,12 @@ pub fn warm_executable(path: &Path, look: Option<&Look>) -> bool {
         return false;
     }
     reads_exact(&fd);
+    // Looked at before any of it is asked for: pages being read count as cached. The header
+    // page first: exec reads it whatever the file is, and a script (R, npm, soffice) has
+    // nothing else to look at here, so without it a warm script launch was never taken for
+    // one (docs/measurements.md, 2026-11-29, fourth entry).
+    let mut resident = Resident::default();
+    resident.add(&fd, 0, EXE_HEAD as u64);
     // The header page: exec reads it first, and it says where the rest is.
     let mut head = vec![0u8; EXE_HEAD];
     let n = nix::sys::uio::pread(fd.as_fd(), &mut head, 0).unwrap_or(0);
@@ -291,8 +297,6 @@ pub fn warm_executable(path: &Path, look: Option<&Look>) -> bool {
         .chain(look.map(|l| l.head_of(dev, st.st_ino)).unwrap_or_default())
         .map(|(offset, len)| (offset, len.min(chunk)))
         .collect();
-    // Looked at before any of them is asked for: pages being read count as cached.
-    let mut resident = Resident::default();
     for &(offset, len) in &ranges {
         resident.add(&fd, offset, len);
     }
@@ -2053,8 +2057,13 @@ mod tests {
         let Some((path, cached)) = evicted_file(dir.path()) else {
             return;
         };
-        warm_executable(&path, None);
+        assert!(
+            !warm_executable(&path, None),
+            "its header page was not in memory"
+        );
         assert_eq!(cached(), 1);
+        // A script has only its header page to look at: in memory now, a warm launch.
+        assert!(warm_executable(&path, None), "its header page in memory");
     }
 
     /// Waiting for a planned range reads only that range, even at the start of the file.
