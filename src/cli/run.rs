@@ -59,7 +59,7 @@ struct Chosen {
     store: Store,
     app: AppRow,
     /// What the launch looks at first; the plan itself is decoded only if the launch is not
-    /// warm (`Chosen::plan`).
+    /// warm (`Chosen::into_planned`).
     look: Look,
     /// The plan, if already decoded.
     plan: Option<Plan>,
