@@ -848,6 +848,23 @@ impl SlowReads {
         c
     }
 
+    /// The prefetcher of the launch `app_pid` run in this cgroup: double-forked away from it,
+    /// and holding the knobs' lock. The launch's watcher is double-forked too (and exits once
+    /// told there is a prefetcher), but before the hold is taken: taken for the prefetcher, it
+    /// exited on its own after the test's SIGINT and the test failed (CI, 2026-11-29).
+    fn prefetcher_of(&self, app_pid: i32) -> Option<i32> {
+        let knobs_lock = Path::new(RUN_DIR).join("knobs.lock");
+        let holds_lock = |p: i32| {
+            std::fs::read_dir(format!("/proc/{p}/fd")).is_ok_and(|rd| {
+                rd.filter_map(Result::ok)
+                    .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == knobs_lock))
+            })
+        };
+        self.procs().into_iter().find(|&p| {
+            p != app_pid && live_ppid(p).is_some_and(|pp| pp != app_pid) && holds_lock(p)
+        })
+    }
+
     fn procs(&self) -> Vec<i32> {
         std::fs::read_to_string(self.procs_file())
             .unwrap_or_default()
@@ -926,14 +943,9 @@ fn a_prefetcher_stops_cleanly_on_sigterm_and_leaves_the_terminals_signals_to_the
         .spawn()
         .unwrap();
     let app_pid = app.id() as i32;
-    // The prefetcher: in the cgroup, double-forked away from the launch.
     let t0 = Instant::now();
     let prefetcher = loop {
-        let found = slow
-            .procs()
-            .into_iter()
-            .find(|&p| p != app_pid && live_ppid(p).is_some_and(|pp| pp != app_pid));
-        if let Some(p) = found.filter(|_| knobs_held()) {
+        if let Some(p) = slow.prefetcher_of(app_pid).filter(|_| knobs_held()) {
             break p;
         }
         assert!(
@@ -1008,10 +1020,7 @@ fn cpus_a_killed_prefetcher_kept_from_the_app_are_given_back_by_the_next_run() {
     let app_pid = app.id() as i32;
     let t0 = Instant::now();
     let prefetcher = loop {
-        let found = slow
-            .procs()
-            .into_iter()
-            .find(|&p| p != app_pid && live_ppid(p).is_some_and(|pp| pp != app_pid));
+        let found = slow.prefetcher_of(app_pid);
         // Killed as soon as the app is pinned, maybe before the prefetcher has run at all:
         // the note its starter wrote for it must be enough (CI once killed one before its
         // own note, which left the app pinned).
