@@ -294,10 +294,12 @@ fn choose_as(
         Some(p) if p * (1.0 + SWITCH_MARGIN) <= best_ms => None,
         _ => Some(best),
     };
-    let auto_launches = runs(history, timed_by);
-    let every = EXPLORE_EVERY * SLOW_RETRY;
-    let all_of_them = auto_launches % every == every - 1;
-    if explore && auto_launches % EXPLORE_EVERY == EXPLORE_EVERY - 1 {
+    // The pace is counted in the history itself: the launches of this mode since the last
+    // one that was not the choice. A count of launches modulo `EXPLORE_EVERY` saturated with
+    // the history's window (the last 200): an app past 200 launches then never explored
+    // again, or, with `record`'s and traced launches leaving the window one by one, explored
+    // at every launch for as long as the count stood at a 9.
+    if explore && streak(history, timed_by, choice) >= EXPLORE_EVERY - 1 {
         // Candidates other than the choice: strategies, and a plain launch, timed or not: a
         // launcher with no plain launches of its own (the daemon's start after the exec; a
         // plan `run` uses that the daemon learned) would otherwise never find out that
@@ -311,8 +313,19 @@ fn choose_as(
         };
         let chosen_ms = median_of(choice).unwrap_or(best_ms);
         let untried = |c: Choice| samples(name_of(c)).len() < MIN_SAMPLES;
+        // How many launches ago its latest sample was: the candidate whose latest sample is
+        // oldest goes first, one without its timed launches before it (a warm launch is a
+        // sample, but not a timed one).
+        let age = |c: Choice| {
+            history
+                .iter()
+                .position(|l| l.strategy.as_deref() == Some(name_of(c)))
+                .unwrap_or(usize::MAX)
+        };
+        // A clearly slower one is worth a look once its latest sample is this old.
+        let stale = |c: Choice| age(c) >= EXPLORE_EVERY * SLOW_RETRY - 1;
         let contender = |c: Choice| {
-            all_of_them
+            stale(c)
                 || untried(c)
                 // A plain launch chosen: the best strategy is always worth another look.
                 || (choice.is_none() && c == Some(best))
@@ -320,14 +333,6 @@ fn choose_as(
                     && plain.len() < PLAIN_SAMPLES
                     && plain_ms.is_some_and(|p| p <= chosen_ms * PLAIN_RETIME))
                 || median_of(c).is_some_and(|m| m <= chosen_ms * CONTENDER)
-        };
-        // The candidate whose latest sample is oldest, one without its timed launches first
-        // (a warm launch is a sample, but not a timed one).
-        let age = |c: Choice| {
-            history
-                .iter()
-                .position(|l| l.strategy.as_deref() == Some(name_of(c)))
-                .unwrap_or(usize::MAX)
         };
         // Reversed: among candidates never timed, the device order's earlier one.
         if let Some(&c) = others
@@ -403,10 +408,15 @@ fn choose_as(
     )
 }
 
-/// The launches of `mode` (`run`'s untraced ones, or the daemon's): what `auto` counts
-/// towards its exploring launches.
-fn runs(history: &[LaunchRecord], mode: &str) -> usize {
-    history.iter().filter(|l| l.mode == mode).count()
+/// The latest launches of `mode` (`run`'s untraced ones, or the daemon's) that went to
+/// `choice`, up to the first that did not: once `EXPLORE_EVERY - 1` are behind, the next
+/// launch explores.
+fn streak(history: &[LaunchRecord], mode: &str, choice: Choice) -> usize {
+    history
+        .iter()
+        .filter(|l| l.mode == mode)
+        .take_while(|l| l.strategy.as_deref() == Some(name_of(choice)))
+        .count()
 }
 
 #[cfg(test)]
@@ -589,15 +599,16 @@ mod tests {
         let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Trace), "{why}");
         assert!(why.contains("fastest"), "{why}");
-        // With 9 automatic launches behind, the 10th explores: the contender (within 10% of
+        // With 9 launches of the choice behind, the 10th explores: the contender (within 10% of
         // the best) sampled longest ago.
-        h.insert(0, rec(Strategy::Trace, 91.0));
-        assert_eq!(h.len(), 9);
+        for _ in 0..EXPLORE_EVERY - 1 {
+            h.insert(0, rec(Strategy::Trace, 91.0));
+        }
         let (s, why) = choose(&h, true, None);
         assert_eq!(s, Some(Strategy::Fast), "{why}");
         assert!(why.contains("re-trying"), "{why}");
-        // Between those, no re-try at all when nothing else is close; every 50th launch
-        // re-tries whatever was sampled longest ago, slow or not.
+        // Between those, no re-try at all when nothing else is close; one sampled 49 launches
+        // ago or longer is re-tried at the next exploring launch, slow or not.
         let mut lone = baseline(300.0);
         lone.extend(each_twice(
             &[
@@ -615,11 +626,58 @@ mod tests {
         for _ in 0..30 {
             lone.insert(0, rec(Strategy::Trace, 50.0));
         }
-        assert_eq!(lone.len(), 49);
-        // Fast's latest sample is older than paralfetch's.
+        // Paralfetch's, fast's latest samples 43 and 45 launches ago: not yet.
+        assert_eq!(choose(&lone, true, None).0, Some(Strategy::Trace));
+        for _ in 0..4 {
+            lone.insert(0, rec(Strategy::Trace, 50.0));
+        }
+        // Fast's latest sample is 49 launches old, paralfetch's 47.
         let (s, why) = choose(&lone, true, None);
         assert_eq!(s, Some(Strategy::Fast), "{why}");
         assert!(why.contains("re-trying"), "{why}");
+    }
+
+    /// The history `auto` reads is an app's last 200 launches. Explorations were paced by
+    /// the count of `run`'s launches in it modulo 10, which stops at 200 (never again) or,
+    /// with `record`'s launches among them, stood at 199 for as long as one stayed in the
+    /// window (every launch an exploring one). Now: one in ten, however long the history.
+    #[test]
+    fn the_pace_of_exploring_holds_past_the_history_window() {
+        let learn = LaunchRecord {
+            mode: crate::store::mode::RECORD.into(),
+            wall_ms: 300.0,
+            strategy: None,
+            ..LaunchRecord::default()
+        };
+        let mut h: Vec<LaunchRecord> = Vec::new();
+        let mut explored = Vec::new();
+        for launch in 0..600 {
+            // Re-learned now and then: `record`'s launches go into the history too.
+            if launch % 97 == 0 {
+                h.insert(0, learn.clone());
+            }
+            h.truncate(200);
+            let (c, why) = choose(&h, true, None);
+            if why.contains("trying") && launch >= 10 {
+                explored.push(launch);
+            }
+            let ms = match c {
+                Some(Strategy::Paralfetch) => 100.0,
+                Some(_) => 104.0,
+                None => 300.0,
+            };
+            h.insert(0, rec_named(name_of(c), ms));
+        }
+        let late: Vec<usize> = explored.iter().copied().filter(|&l| l >= 200).collect();
+        assert!(
+            (36..=44).contains(&late.len()),
+            "{} exploring launches among the 400 past the window: {late:?}",
+            late.len()
+        );
+        assert!(
+            late.windows(2).all(|w| w[1] - w[0] >= EXPLORE_EVERY),
+            "two exploring launches closer than {EXPLORE_EVERY}: {late:?}"
+        );
     }
 
     #[test]
@@ -689,8 +747,9 @@ mod tests {
         assert!(why.contains("a plain launch 195 ms"), "{why}");
         // Plain chosen: the 10th launch re-tries the best strategy.
         let mut h = with_plain(180.0);
-        h.insert(0, rec_named(PLAIN, 180.0));
-        assert_eq!(h.len(), 9);
+        while streak(&h, RUN, None) < EXPLORE_EVERY - 1 {
+            h.insert(0, rec_named(PLAIN, 180.0));
+        }
         let (c, why) = choose(&h, true, None);
         assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
         assert!(why.contains("re-trying"), "{why}");
@@ -711,7 +770,10 @@ mod tests {
             ],
             0.0,
         );
-        h.insert(0, rec(Strategy::Paralfetch, ms[0]));
+        // Paralfetch chosen for the launches since: the next one explores.
+        for _ in 2..EXPLORE_EVERY - 1 {
+            h.insert(0, rec(Strategy::Paralfetch, ms[0]));
+        }
         h.extend(plain.map(|ms| rec_named(PLAIN, ms)));
         h
     }
@@ -720,21 +782,15 @@ mod tests {
     fn a_thin_plain_baseline_is_re_timed_however_slow_it_looked() {
         // The plain launches 14% slower than the best strategy.
         let h = thin_plain([152.0, 150.0, 155.0], [173.0, 173.0]);
-        assert_eq!(h.len(), 9);
         let (c, why) = choose(&h, true, None);
         assert_eq!(c, None, "{why}");
         assert!(why.contains("re-trying none"), "{why}");
         // With enough plain launches, that slow it is no contender any more.
         let mut h2 = h.clone();
-        h2.truncate(7);
         h2.extend([173.0, 174.0, 175.0, 173.0, 176.0].map(|ms| rec_named(PLAIN, ms)));
-        // 12 launches behind: not an exploring launch; make it one.
-        h2.splice(0..0, [152.0, 153.0].map(|ms| rec(Strategy::Paralfetch, ms)));
-        while runs(&h2, RUN) % EXPLORE_EVERY != EXPLORE_EVERY - 1 {
-            h2.insert(0, rec(Strategy::Paralfetch, 152.0));
-        }
         let (c, why) = choose(&h2, true, None);
         assert!(c.is_some(), "{why}");
+        assert!(why.contains("re-trying"), "an exploring launch: {why}");
     }
 
     #[test]
@@ -742,7 +798,7 @@ mod tests {
         // The plain launches a cold start's 2500 ms: 56% slower than the best.
         let h = thin_plain([1600.0, 1650.0, 1700.0], [2500.0, 2480.0]);
         assert_eq!(
-            runs(&h, RUN) % EXPLORE_EVERY,
+            streak(&h, RUN, Some(Strategy::Paralfetch)),
             EXPLORE_EVERY - 1,
             "an exploring launch"
         );
@@ -832,13 +888,16 @@ mod tests {
             mode: DAEMON.into(),
             ..rec_named(name, ms)
         };
-        let mut h: Vec<LaunchRecord> = (0..9).map(|_| daemon("paralfetch", 200.0)).collect();
         // Explored so far: trace and fast, twice each (strategies go before a plain launch
-        // never timed).
-        h[3] = daemon("trace", 210.0);
-        h[6] = daemon("trace", 205.0);
-        h[1] = daemon("fast", 220.0);
-        h[5] = daemon("fast", 215.0);
+        // never timed); paralfetch chosen for the 9 launches since.
+        let mut h: Vec<LaunchRecord> = (0..9).map(|_| daemon("paralfetch", 200.0)).collect();
+        h.extend([
+            daemon("trace", 210.0),
+            daemon("fast", 220.0),
+            daemon("paralfetch", 200.0),
+            daemon("trace", 205.0),
+            daemon("fast", 215.0),
+        ]);
         let (c, why) = choose_as(&h, true, None, true, DAEMON);
         assert_eq!(c, None, "{why}");
         assert!(why.contains("trying none (0 of 2"), "{why}");
@@ -939,9 +998,9 @@ mod tests {
         let (c, why) = choose_settled(&h, true, None);
         assert_eq!(c, Some(Strategy::Paralfetch), "{why}");
         assert!(!why.contains("re-trying"), "{why}");
-        // Where there is no exploration, the two agree.
+        // Where there is no exploration (the launch after one), the two agree.
         let mut h2 = h.clone();
-        h2.insert(0, rec(Strategy::Paralfetch, 150.0));
+        h2.insert(0, rec_named(PLAIN, 173.0));
         assert_eq!(choose(&h2, true, None), choose_settled(&h2, true, None));
     }
 }
