@@ -324,9 +324,17 @@ fn choose_as(
         };
         // A clearly slower one is worth a look once its latest sample is this old.
         let stale = |c: Choice| age(c) >= EXPLORE_EVERY * SLOW_RETRY - 1;
+        // One timed launch that much slower than the choice is evidence enough: its second
+        // waits until it is stale too. The daemon's python-imports re-timed a plain launch
+        // (2843 ms against 1700 for its strategy) at its next exploring launch, a cold start
+        // in one of the bench's five rounds (bench/results, 2026-11-29).
+        let one_slow = |c: Choice| {
+            let v = samples(name_of(c));
+            v.len() == 1 && v[0] > chosen_ms * PLAIN_RETIME
+        };
         let contender = |c: Choice| {
             stale(c)
-                || untried(c)
+                || (untried(c) && !one_slow(c))
                 // A plain launch chosen: the best strategy is always worth another look.
                 || (choice.is_none() && c == Some(best))
                 || (c.is_none()
@@ -481,8 +489,9 @@ mod tests {
                 rec_named(name_of(c), if c.is_some() { 100.0 } else { 300.0 }),
             );
         }
-        // The plain launch timed twice, and far slower: not tried again before the 50th.
-        assert_eq!(tried, ["trace", "fast", "none", "trace", "fast", "none"]);
+        // The plain launch timed once, three times slower: not timed again before its
+        // sample is 50 launches old.
+        assert_eq!(tried, ["trace", "fast", "none", "trace", "fast", "trace"]);
     }
 
     fn ranking(times: &[(Strategy, f64)]) -> Ranking {
@@ -678,6 +687,41 @@ mod tests {
             late.windows(2).all(|w| w[1] - w[0] >= EXPLORE_EVERY),
             "two exploring launches closer than {EXPLORE_EVERY}: {late:?}"
         );
+    }
+
+    /// A contender timed once and far slower than the choice (a plain launch's cold start)
+    /// is not timed again at the next exploring launch, only once its sample is stale.
+    #[test]
+    fn one_launch_far_slower_is_not_re_timed_at_once() {
+        let daemon = |name: &str, ms: f64| LaunchRecord {
+            mode: DAEMON.into(),
+            ..rec_named(name, ms)
+        };
+        let mut h: Vec<LaunchRecord> = (0..9).map(|_| daemon("paralfetch", 1700.0)).collect();
+        h.extend([
+            daemon(PLAIN, 2843.0),
+            daemon("trace", 1750.0),
+            daemon("fast", 1760.0),
+            daemon("paralfetch", 1700.0),
+            daemon("trace", 1740.0),
+            daemon("fast", 1770.0),
+        ]);
+        let (c, why) = choose_as(&h, true, None, true, DAEMON);
+        assert!(c.is_some() && why.contains("re-trying"), "{why}");
+        // Within the margin, one sample is not enough: timed again.
+        h[9] = daemon(PLAIN, 2000.0);
+        let (c, why) = choose_as(&h, true, None, true, DAEMON);
+        assert_eq!(c, None, "{why}");
+        assert!(why.contains("trying none (1 of 2"), "{why}");
+        // Stale: timed again however slow.
+        h[9] = daemon(PLAIN, 2843.0);
+        let mut old = h.split_off(9);
+        for _ in 0..45 {
+            h.push(daemon("paralfetch", 1700.0));
+        }
+        h.append(&mut old);
+        let (c, why) = choose_as(&h, true, None, true, DAEMON);
+        assert_eq!(c, None, "{why}");
     }
 
     #[test]
