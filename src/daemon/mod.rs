@@ -1032,11 +1032,27 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
             Target::Meta { .. } => 0,
         })
         .sum();
-    let miss_ratio = if plan_pages == 0 {
-        0.0
-    } else {
-        missed as f64 / plan_pages as f64
+    // Of those, the pages the launch used (not the kernel's read-around beside them).
+    let missed_used: u64 = run
+        .accesses
+        .iter()
+        .filter(|a| a.from_disk && a.used)
+        .map(|a| match a.target {
+            Target::File { dev, ino } => (a.page..a.page + a.pages)
+                .filter(|p| !covered.contains(&(dev, ino, *p)))
+                .count() as u64,
+            Target::Meta { .. } => 0,
+        })
+        .sum();
+    let share = |n: u64| {
+        if plan_pages == 0 {
+            0.0
+        } else {
+            n as f64 / plan_pages as f64
+        }
     };
+    let miss_ratio = share(missed);
+    let used_miss = share(missed_used);
     let mut used: HashSet<(sys::Dev, u64, u64)> = HashSet::new();
     for a in run.accesses.iter().filter(|a| a.used) {
         if let Target::File { dev, ino } = a.target {
@@ -1068,6 +1084,12 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
         ))
     } else if changed > 0 {
         Some(format!("{changed} planned files changed since learning"))
+    } else if used_miss > cfg.w_miss {
+        // Widened below (no planned file changed), never sent back to learning for it.
+        Some(format!(
+            "the launch used {used_miss:.3} of the plan's pages outside it, above w_miss {}",
+            cfg.w_miss
+        ))
     } else {
         None
     };
@@ -2309,6 +2331,62 @@ mod tests {
         assert!(v.relearn.unwrap().contains("miss ratio") && !v.widen);
         std::fs::remove_file(&p).unwrap();
         assert_eq!(changed_files(&plan, &Own::default()), 1);
+    }
+
+    /// An app launched a second way uses a few percent outside its plan: under `r_miss`, but
+    /// the launch widens the plan (`w_miss`); read-around beside the plan's pages does not.
+    #[test]
+    fn judge_widens_for_pages_used_outside_the_plan_under_r_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, vec![0u8; 10_000]).unwrap();
+        let mut plan = plan_over(&p, dir.path());
+        let ps = plan.page_size as u64;
+        plan.entries = vec![Entry::Data {
+            file: 0,
+            offset: 0,
+            len: 100 * ps,
+        }];
+        let f = &plan.files[0];
+        let t = Target::File {
+            dev: f.dev,
+            ino: f.ino,
+        };
+        let acc = |page, pages, used| Access {
+            target: t,
+            page,
+            pages,
+            t: 0,
+            from_disk: true,
+            used,
+        };
+        let cfg = Config::default();
+        // 5 pages used outside a 100-page plan: 5%, between w_miss and r_miss.
+        let v = judge(
+            &plan,
+            &run_with(vec![acc(0, 100, true), acc(200, 5, true)], 0),
+            &cfg,
+            &[],
+        );
+        assert!((v.miss_ratio - 0.05).abs() < 1e-9, "{}", v.miss_ratio);
+        assert!(v.widen);
+        assert!(v.relearn.unwrap().contains("w_miss"));
+        // The same pages read around the plan's, never used: the plan is kept.
+        let v = judge(
+            &plan,
+            &run_with(vec![acc(0, 100, true), acc(200, 5, false)], 0),
+            &cfg,
+            &[],
+        );
+        assert!(v.relearn.is_none() && !v.widen, "{:?}", v.relearn);
+        // 1 page used outside: under w_miss.
+        let v = judge(
+            &plan,
+            &run_with(vec![acc(0, 100, true), acc(200, 1, true)], 0),
+            &cfg,
+            &[],
+        );
+        assert!(v.relearn.is_none(), "{:?}", v.relearn);
     }
 
     #[test]
