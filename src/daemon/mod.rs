@@ -1021,29 +1021,22 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
             plan_pages += len.div_ceil(ps);
         }
     }
-    let missed: u64 = run
-        .accesses
-        .iter()
-        .filter(|a| a.from_disk)
-        .map(|a| match a.target {
-            Target::File { dev, ino } => (a.page..a.page + a.pages)
-                .filter(|p| !covered.contains(&(dev, ino, *p)))
-                .count() as u64,
-            Target::Meta { .. } => 0,
-        })
-        .sum();
+    // Pages of the accesses `keep` takes that the plan does not cover.
+    let outside = |keep: fn(&crate::sequence::Access) -> bool| -> u64 {
+        run.accesses
+            .iter()
+            .filter(|a| keep(a))
+            .map(|a| match a.target {
+                Target::File { dev, ino } => (a.page..a.page + a.pages)
+                    .filter(|p| !covered.contains(&(dev, ino, *p)))
+                    .count() as u64,
+                Target::Meta { .. } => 0,
+            })
+            .sum()
+    };
+    let missed = outside(|a| a.from_disk);
     // Of those, the pages the launch used (not the kernel's read-around beside them).
-    let missed_used: u64 = run
-        .accesses
-        .iter()
-        .filter(|a| a.from_disk && a.used)
-        .map(|a| match a.target {
-            Target::File { dev, ino } => (a.page..a.page + a.pages)
-                .filter(|p| !covered.contains(&(dev, ino, *p)))
-                .count() as u64,
-            Target::Meta { .. } => 0,
-        })
-        .sum();
+    let missed_used = outside(|a| a.from_disk && a.used);
     let share = |n: u64| {
         if plan_pages == 0 {
             0.0
