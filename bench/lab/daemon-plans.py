@@ -15,7 +15,9 @@ a cache drop). With CHURN=1 a shell loop makes and removes a tracefs instance wi
 while it runs, holding the kernel's tracing locks as another tracer on the machine does: the
 daemon's attach to a launch then takes 30-200 ms instead of under one. It then compares the
 daemon's launch-order plan with the one `record` made in the bench's database (`warmstart
-plan compare`): file data in common, each way.
+plan compare`): file data in common, each way; and with a plan `record` makes of the same
+command right after (two cold runs, as the bench's), with the bench's record plan against
+that one: what two recordings of a command made at different times differ by.
 """
 import json, os, shutil, subprocess, sys, time
 
@@ -53,13 +55,26 @@ for app in apps:
             phase = (st.get("apps") or [{}])[0].get("phase", "")
         c = ws("--db", db, "plan", "compare", "/", "--other-db", BENCH_DB,
                "--other-app", app["name"], "--json")
-        if c.returncode != 0:
-            rows.append((app["name"], launches, None, c.stderr.strip()))
-        else:
-            rows.append((app["name"], launches, json.loads(c.stdout), ""))
-    finally:
         d.terminate()
         d.wait(timeout=30)
+        # record's plan of the same command, the same hour (the daemon stopped: it would
+        # otherwise prefetch the recording's cold launches).
+        rec_db = os.path.join(tmp, "record.db")
+        r = subprocess.run([WS, "--db", rec_db, "-q", "record", "--runs", "2", "--baseline-runs",
+                            "0", "--no-emulate", "--app", app["name"], "--"] + argv, cwd=work,
+                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=600)
+        now = ws("--db", db, "plan", "compare", "/", "--other-db", rec_db, "--other-app",
+                 app["name"], "--json") if r.returncode == 0 else r
+        again = ws("--db", rec_db, "plan", "compare", app["name"], "--other-db", BENCH_DB,
+                   "--other-app", app["name"], "--json") if r.returncode == 0 else r
+        parse = lambda x: json.loads(x.stdout) if x.returncode == 0 else None
+        err = " ".join(x.stderr.strip() for x in (c, now, again) if x.returncode != 0)
+        rows.append((app["name"], launches, parse(c), parse(now), parse(again), err))
+    finally:
+        if d.poll() is None:
+            d.terminate()
+            d.wait(timeout=30)
         if os.environ.get("KEEP"):  # keep the daemon's database and log to look into
             print(f"{app['name']}: kept {tmp}", file=sys.stderr)
         else:
@@ -72,13 +87,22 @@ if churn:
 mode = "every launch cold" if cold_learning else "first launch cold, then warm"
 mode += ", tracefs instances churned meanwhile" if churn else ""
 print(f"daemon plans ({mode}) against record's (bench database {BENCH_DB}), launch-order plans")
-print(f"| app | launches | daemon MiB | record MiB | in common MiB | daemon's in record's | record's in daemon's |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for name, n, c, err in rows:
-    if c is None:
-        print(f"| {name} | {n} | - | - | - | - | {err} |")
-        continue
-    o = c["overlap"]
-    mib = lambda b: f"{b / 2**20:.1f}"
-    print(f"| {name} | {n} | {mib(o['bytes'])} | {mib(o['other_bytes'])} | {mib(o['common_bytes'])} "
-          f"| {100 * c['held_by_other']:.1f}% | {100 * c['holds_of_other']:.1f}% |")
+print("and against a `record` of the same command made right after (\"record now\"), with the")
+print("bench's record plan against that one (\"bench in now\": two recordings' own difference)")
+print(f"| app | launches | daemon MiB | record MiB | in common MiB | daemon's in record's | record's in daemon's "
+      f"| record now MiB | daemon's in record now's | record now's in daemon's | bench in now / now in bench |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+mib = lambda b: f"{b / 2**20:.1f}"
+pct = lambda x: f"{100 * x:.1f}%"
+for name, n, c, now, again, err in rows:
+    cells = ["-"] * 9
+    if c:
+        o = c["overlap"]
+        cells[:5] = [mib(o["bytes"]), mib(o["other_bytes"]), mib(o["common_bytes"]),
+                     pct(c["held_by_other"]), pct(c["holds_of_other"])]
+    if now:
+        cells[5:8] = [mib(now["overlap"]["other_bytes"]), pct(now["held_by_other"]),
+                      pct(now["holds_of_other"])]
+    if again:
+        cells[8] = f"{pct(again['holds_of_other'])} / {pct(again['held_by_other'])}"
+    print(f"| {name} | {n} | " + " | ".join(cells) + f" |{' ' + err if err else ''}")

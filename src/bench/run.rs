@@ -647,6 +647,16 @@ impl Ctx<'_> {
         env
     }
 
+    /// The X display an app's launches get: a window app's only. Every launch of an app,
+    /// learning ones included, must see the same environment: `record` of the suite's batch
+    /// apps once ran with the harness's display while their timed launches did not, and
+    /// inkscape-export then learned 5 MiB of GTK display code (libgtk-3) its timed launches
+    /// never ran (record's plan 74.8 MiB against 69.8 learned without it; waste 15.6% in
+    /// bench/results; docs/measurements.md, 2026-11-29, seventh entry).
+    pub(super) fn display_for(&self, ready: &Ready) -> Option<&str> {
+        ready.is_gui().then_some(self.display.as_deref()).flatten()
+    }
+
     pub(super) fn ready(&self, app: &AppSpec) -> Ready {
         match &app.ready {
             Ready::File(p) => Ready::File(expand(p, &self.work(app), &self.venv)),
@@ -670,11 +680,7 @@ impl Ctx<'_> {
                 cwd: &work,
                 ready,
                 timeout: app.timeout,
-                display: if ready.is_gui() {
-                    self.display.as_deref()
-                } else {
-                    None
-                },
+                display: self.display_for(ready),
             },
             self.interrupt,
         )
@@ -796,7 +802,7 @@ fn learn_as(
     for (k, v) in ctx.env(app) {
         cmd.env(k, v);
     }
-    if let Some(d) = &ctx.display {
+    if let Some(d) = ctx.display_for(&app.ready) {
         cmd.env("DISPLAY", d);
     }
     let mut child = cmd
@@ -969,7 +975,7 @@ fn explained(ctx: &Ctx<'_>, app: &AppSpec, res: &AppResult) -> Result<Accuracy, 
     for (k, v) in ctx.env(app) {
         cmd.env(k, v);
     }
-    if let (Some(d), true) = (&ctx.display, app.ready.is_gui()) {
+    if let Some(d) = ctx.display_for(&app.ready) {
         cmd.env("DISPLAY", d);
     }
     let out = cmd
@@ -1780,6 +1786,37 @@ mod tests {
             ctx.env(&app),
             vec![("TMPDIR".to_string(), "/elsewhere".to_string())]
         );
+    }
+
+    /// `record` and the timed launches of an app see the same display: none for a batch app
+    /// even while the harness runs an X server for the window apps.
+    #[test]
+    fn only_window_apps_get_the_display_learning_included() {
+        let opts = BenchOptions {
+            apps: vec![],
+            loadings: vec![],
+            rounds: 1,
+            scenarios: vec![],
+            state_dir: "/st".into(),
+            warmstart_exe: "/ws".into(),
+            together: vec![],
+            learn_runs: 1,
+        };
+        let stop = AtomicUsize::new(0);
+        let mut ctx = Ctx {
+            opts: &opts,
+            db: "/st/db".into(),
+            venv: "/st/venv".into(),
+            display: Some(":90".into()),
+            interrupt: &stop,
+        };
+        let batch = AppSpec::adhoc(vec!["true".into()]);
+        assert!(matches!(batch.ready, Ready::Exit));
+        assert_eq!(ctx.display_for(&batch.ready), None);
+        let window = Ready::Window(regex::Regex::new("Writer").unwrap());
+        assert_eq!(ctx.display_for(&window), Some(":90"));
+        ctx.display = None;
+        assert_eq!(ctx.display_for(&window), None);
     }
 
     #[test]
