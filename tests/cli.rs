@@ -4004,6 +4004,13 @@ fn doctor_reports_what_this_machine_offers() {
         assert_eq!(status(&format!("event {sys}:{ev}")), "ok");
     }
     assert_eq!(status("fanotify"), "ok");
+    // The launcher beside the full command line, as built (statically only by
+    // `cargo static-launcher`).
+    let launcher = Path::new(env!("CARGO_BIN_EXE_warmstart"));
+    let linked = warmstart::launch::statically_linked(launcher)
+        .unwrap()
+        .unwrap();
+    assert_eq!(status("launcher"), if linked { "ok" } else { "degraded" });
     for c in checks {
         assert_eq!(c["status"] == "ok", c["meaning"] == "", "{c}");
     }

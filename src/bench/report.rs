@@ -25,8 +25,20 @@ pub fn markdown(r: &Results) -> String {
     let _ = writeln!(s, "# warmstart benchmark\n");
     let _ = writeln!(
         s,
-        "Machine: Linux {}, {} × {}, {} MiB RAM, disk {} (rotational={:?}, scheduler {}). {} rounds, scenarios interleaved per round.\n",
-        m.kernel, m.cpus, m.cpu, m.memory_mb, m.disk, m.disk_rotational, m.scheduler, r.rounds
+        "Machine: Linux {}, {} × {}, {} MiB RAM, disk {} (rotational={:?}, scheduler {}){}. {} rounds, scenarios interleaved per round.\n",
+        m.kernel,
+        m.cpus,
+        m.cpu,
+        m.memory_mb,
+        m.disk,
+        m.disk_rotational,
+        m.scheduler,
+        match m.launcher_static {
+            Some(true) => "; launcher linked statically",
+            Some(false) => "; launcher linked dynamically",
+            None => "",
+        },
+        r.rounds
     );
     if !r.apps.is_empty() {
         apps_markdown(r, &mut s);
@@ -824,6 +836,7 @@ mod tests {
                 disk: "vda".into(),
                 disk_rotational: Some(true),
                 scheduler: "mq-deadline".into(),
+                launcher_static: Some(true),
             },
             rounds: 1,
             scenarios,
@@ -879,6 +892,10 @@ mod tests {
     #[test]
     fn markdown_has_the_tables() {
         let md = markdown(&sample());
+        assert!(
+            md.contains("mq-deadline); launcher linked statically. 1 rounds"),
+            "{md}"
+        );
         assert!(
             md.contains("| app1 | 1000 | 500 | 600 (0.60, 80%) |"),
             "{md}"

@@ -156,6 +156,10 @@ pub struct Machine {
     pub disk: String,
     pub disk_rotational: Option<bool>,
     pub scheduler: String,
+    /// Whether the launcher the bench ran (`warmstart`) was linked statically (None: not
+    /// known, a result of an older version).
+    #[serde(default)]
+    pub launcher_static: Option<bool>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -389,7 +393,7 @@ pub struct Results {
 /// Progress callback: (what is running now, steps done, steps total).
 pub type Progress<'a> = &'a mut dyn FnMut(&str, u64, u64);
 
-pub fn machine() -> Machine {
+pub fn machine(launcher: &Path) -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu = cpuinfo
         .lines()
@@ -429,6 +433,7 @@ pub fn machine() -> Machine {
             .unwrap_or(0),
         disk_rotational: sysq("rotational").map(|r| r == "1"),
         scheduler: sysq("scheduler").unwrap_or_default(),
+        launcher_static: crate::launch::statically_linked(launcher).ok().flatten(),
         disk: format!(
             "{disk} ({})",
             std::fs::read_to_string(format!("/sys/block/{disk}/device/model"))
@@ -1721,7 +1726,7 @@ pub fn run(
     let paired = paired_against(&results, &names, PAIRED_BASE);
     drop(xvfb);
     Ok(Results {
-        machine: machine(),
+        machine: machine(&opts.warmstart_exe),
         rounds: opts.rounds,
         scenarios: opts.scenarios.iter().map(Scenario::name).collect(),
         apps: results,

@@ -4,7 +4,8 @@
 //! exec reads its whole binary (mmap read-around is `read_ahead_kb` wide, 8 MiB on this VM's
 //! disk) before the plan is even looked up. So the front holds only what a plain `run`
 //! needs (the store, the plan, the prefetch engine) and no command-line parser, tracer,
-//! daemon or report code: 1.6 MB instead of the full command line's 2.7 MB. Every other
+//! daemon or report code: 1.9 MB (2.8 MB linked statically, `cargo static-launcher`, which
+//! spares it the loader's work and libgcc_s) instead of the full command line's 3.9 MB. Every other
 //! command line, and `run` with anything the front does not parse itself (`--stats`,
 //! `--help`, a value the full parser would reject), is handed to `warmstart-cli` unchanged,
 //! so there is one parser of record and the front never guesses at an error message.
