@@ -1761,9 +1761,9 @@ mod tests {
         assert!(!path.exists());
     }
 
-    #[test]
-    fn apps_get_a_tmpdir_in_their_work_directory_unless_they_set_one() {
-        let opts = BenchOptions {
+    /// Options of a bench with nothing to run, its state in /st.
+    fn options() -> BenchOptions {
+        BenchOptions {
             apps: vec![],
             loadings: vec![],
             rounds: 1,
@@ -1772,7 +1772,12 @@ mod tests {
             warmstart_exe: "/ws".into(),
             together: vec![],
             learn_runs: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn apps_get_a_tmpdir_in_their_work_directory_unless_they_set_one() {
+        let opts = options();
         let stop = AtomicUsize::new(0);
         let ctx = Ctx {
             opts: &opts,
@@ -1797,16 +1802,7 @@ mod tests {
     /// even while the harness runs an X server for the window apps.
     #[test]
     fn only_window_apps_get_the_display_learning_included() {
-        let opts = BenchOptions {
-            apps: vec![],
-            loadings: vec![],
-            rounds: 1,
-            scenarios: vec![],
-            state_dir: "/st".into(),
-            warmstart_exe: "/ws".into(),
-            together: vec![],
-            learn_runs: 1,
-        };
+        let opts = options();
         let stop = AtomicUsize::new(0);
         let mut ctx = Ctx {
             opts: &opts,
