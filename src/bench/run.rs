@@ -1309,19 +1309,14 @@ impl ExecClock {
 /// From a tracefs text trace of `sched_process_exec`: the time from the exec of `front` to
 /// the next exec of the same pid, ms.
 fn exec_to_exec(trace: &str, front: &str) -> Option<f64> {
-    // `COMM-PID [CPU] FLAGS TS: sched_process_exec: filename=F pid=P old_pid=P`
-    let events = trace.lines().filter_map(|l| {
-        let (head, rest) = l.split_once(": sched_process_exec: filename=")?;
-        let ts: f64 = head.rsplit(' ').next()?.parse().ok()?;
-        let (file, ids) = rest.rsplit_once(" pid=")?;
-        let pid: u32 = ids.split(' ').next()?.parse().ok()?;
-        Some((ts, file, pid))
-    });
     let mut start = None;
-    for (ts, file, pid) in events {
+    for e in trace
+        .lines()
+        .filter_map(crate::trace::event::parse_exec_text)
+    {
         match start {
-            None if file == front => start = Some((ts, pid)),
-            Some((t0, p)) if p == pid => return Some((ts - t0) * 1e3),
+            None if e.filename == front => start = Some((e.ts, e.pid)),
+            Some((t0, p)) if p == e.pid => return Some((e.ts - t0) * 1e3),
             _ => {}
         }
     }

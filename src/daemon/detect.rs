@@ -119,13 +119,8 @@ fn tracepoint(tfs: &Tracefs) -> Result<(Listen, crate::trace::tracefs::Instance)
         let mut pids = Vec::new();
         while let Some(end) = pending.find('\n') {
             let line: String = pending.drain(..=end).collect();
-            // "... sched_process_exec: filename=/bin/true pid=123 old_pid=123"
-            if let Some(p) = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("pid="))
-                .and_then(|p| p.parse().ok())
-            {
-                pids.push(p);
+            if let Some(e) = crate::trace::event::parse_exec_text(&line) {
+                pids.push(e.pid);
             }
         }
         Ok(pids)

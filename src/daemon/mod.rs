@@ -867,10 +867,22 @@ fn prefetch_launch(
         remember_own(&mut lc, std::mem::take(&mut verdict.written));
         lc.last_miss_ratio = Some(verdict.miss_ratio);
         lc.last_waste = Some(verdict.waste);
-        lc.last_check = Some(match &verdict.relearn {
-            Some(r) => format!("back to learning: {r}"),
-            None => "plan kept".into(),
-        });
+        // A plan short of the launch with none of its files changed is widened with the
+        // launch's run; anything else sends the app back to learning.
+        let widens = verdict.widen && !run.accesses.is_empty();
+        let action = |r: &str| {
+            if widens {
+                format!("widening the plan: {r}")
+            } else {
+                format!("back to learning: {r}")
+            }
+        };
+        lc.last_check = Some(
+            verdict
+                .reason
+                .as_deref()
+                .map_or_else(|| "plan kept".into(), action),
+        );
         tracing::info!(
             "{}: check: miss ratio {:.3}, waste {:.3}, {} sync readaheads{}",
             app.key,
@@ -878,13 +890,13 @@ fn prefetch_launch(
             verdict.waste,
             run.sync_readaheads,
             verdict
-                .relearn
+                .reason
                 .as_deref()
-                .map(|r| format!("; back to learning: {r}"))
+                .map(|r| format!("; {}", action(r)))
                 .unwrap_or_default()
         );
-        if let Some(reason) = verdict.relearn {
-            if verdict.widen && !run.accesses.is_empty() {
+        if let Some(reason) = verdict.reason {
+            if widens {
                 if widen(sh, &mut s, &app, &mut lc, &plan, run, &reason, cfg) {
                     drop(_lc);
                     refresh_cache(sh);
@@ -997,7 +1009,8 @@ struct Verdict {
     miss_ratio: f64,
     /// Planned pages the launch did not use, over the plan's pages (read for nothing).
     waste: f64,
-    relearn: Option<String>,
+    /// Why the plan does not fit (None: it does).
+    reason: Option<String>,
     /// The plan lacks what the launch read, and none of its files changed: the launch's
     /// run can be added to the plan's (`widen`) rather than learning again from scratch.
     widen: bool,
@@ -1064,7 +1077,7 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
             files: own_files,
         },
     );
-    let relearn = if miss_ratio > cfg.r_miss {
+    let reason = if miss_ratio > cfg.r_miss {
         Some(format!(
             "miss ratio {miss_ratio:.3} above r_miss {}",
             cfg.r_miss
@@ -1089,8 +1102,8 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
     Verdict {
         miss_ratio,
         waste,
-        widen: relearn.is_some() && changed == 0,
-        relearn,
+        widen: reason.is_some() && changed == 0,
+        reason,
         written,
     }
 }
@@ -2188,9 +2201,7 @@ mod tests {
         let (dir, state, plan, mut run) = launch_writing("Variations");
         let ran = Ran::of(&run);
         assert_eq!(changed_files(&plan, &Own::during(ran)), 0);
-        assert!(judge(&plan, &run, &Config::default(), &[])
-            .relearn
-            .is_none());
+        assert!(judge(&plan, &run, &Config::default(), &[]).reason.is_none());
         let mut built = plan.clone();
         built.files[0] = crate::resolve::FileId::of(&state).unwrap();
         assert_eq!(changed_since(&plan, &built, &Own::during(ran)), 0);
@@ -2208,7 +2219,7 @@ mod tests {
         assert_eq!(changed_files(&plan, &Own::during(ran)), 1);
         assert_eq!(changed_since(&plan, &built, &Own::during(ran)), 1);
         assert!(judge(&plan, &run, &Config::default(), &[])
-            .relearn
+            .reason
             .is_some_and(|r| r.contains("changed")));
         // A run without a start time: every change counts.
         run.started_unix_ms = 0;
@@ -2239,7 +2250,7 @@ mod tests {
         };
         assert_eq!(changed_files(&plan, &own), 0);
         let v = judge(&plan, &later, &Config::default(), &lc.own_files);
-        assert!(v.relearn.is_none());
+        assert!(v.reason.is_none());
         assert!(v.written.is_empty());
         // Remembered once each, the latest MAX_OWN_FILES.
         remember_own(&mut lc, vec![state.to_string_lossy().into_owned()]);
@@ -2273,7 +2284,7 @@ mod tests {
         std::fs::write(&lock, b"host,pid2").unwrap();
         assert_eq!(changed_files(&plan, &Own::default()), 0);
         let v = judge(&plan, &run_with(vec![], 0), &Config::default(), &[]);
-        assert!(v.relearn.is_none(), "{:?}", v.relearn);
+        assert!(v.reason.is_none(), "{:?}", v.reason);
         // An update of the app does.
         std::fs::write(&lib, b"new version").unwrap();
         assert_eq!(changed_files(&plan, &Own::default()), 1);
@@ -2306,22 +2317,22 @@ mod tests {
         assert!((v.waste - 2.0 / 3.0).abs() < 1e-9, "{}", v.waste);
         // Nothing changed: the launch's run widens the plan.
         assert!(v.widen);
-        assert!(v.relearn.unwrap().contains("miss ratio"));
+        assert!(v.reason.unwrap().contains("miss ratio"));
         let v = judge(&plan, &run_with(vec![acc(0, 3)], 0), &cfg, &[]);
         assert_eq!(v.miss_ratio, 0.0);
         assert_eq!(v.waste, 0.0);
-        assert!(v.relearn.is_none(), "{:?}", v.relearn);
+        assert!(v.reason.is_none(), "{:?}", v.reason);
         let v = judge(&plan, &run_with(vec![], 5), &cfg, &[]);
-        assert!(v.relearn.unwrap().contains("synchronous readaheads"));
+        assert!(v.reason.unwrap().contains("synchronous readaheads"));
         assert_eq!(changed_files(&plan, &Own::default()), 0);
         std::fs::write(&p, b"changed").unwrap();
         assert_eq!(changed_files(&plan, &Own::default()), 1);
         let v = judge(&plan, &run_with(vec![], 0), &cfg, &[]);
         assert!(!v.widen);
-        assert!(v.relearn.unwrap().contains("changed"));
+        assert!(v.reason.unwrap().contains("changed"));
         // Misses with a changed file: learning again, the old runs are stale.
         let v = judge(&plan, &run_with(vec![acc(5, 1)], 0), &cfg, &[]);
-        assert!(v.relearn.unwrap().contains("miss ratio") && !v.widen);
+        assert!(v.reason.unwrap().contains("miss ratio") && !v.widen);
         std::fs::remove_file(&p).unwrap();
         assert_eq!(changed_files(&plan, &Own::default()), 1);
     }
@@ -2363,7 +2374,7 @@ mod tests {
         );
         assert!((v.miss_ratio - 0.05).abs() < 1e-9, "{}", v.miss_ratio);
         assert!(v.widen);
-        assert!(v.relearn.unwrap().contains("w_miss"));
+        assert!(v.reason.unwrap().contains("w_miss"));
         // The same pages read around the plan's, never used: the plan is kept.
         let v = judge(
             &plan,
@@ -2371,7 +2382,7 @@ mod tests {
             &cfg,
             &[],
         );
-        assert!(v.relearn.is_none() && !v.widen, "{:?}", v.relearn);
+        assert!(v.reason.is_none() && !v.widen, "{:?}", v.reason);
         // 1 page used outside: under w_miss.
         let v = judge(
             &plan,
@@ -2379,7 +2390,7 @@ mod tests {
             &cfg,
             &[],
         );
-        assert!(v.relearn.is_none(), "{:?}", v.relearn);
+        assert!(v.reason.is_none(), "{:?}", v.reason);
     }
 
     #[test]

@@ -493,6 +493,29 @@ impl Decoder {
     }
 }
 
+/// A `sched_process_exec` event as tracefs writes it in text (`trace`, `trace_pipe`), for the
+/// readers that take the text instead of the binary ring: the daemon's exec detection and
+/// the bench's clock of the launcher.
+#[derive(Debug, PartialEq)]
+pub struct ExecText<'a> {
+    /// The trace clock's time, seconds.
+    pub ts: f64,
+    pub filename: &'a str,
+    /// The process's id after the exec (a thread that execs takes its group leader's).
+    pub pid: i32,
+}
+
+/// Parse one text line `COMM-PID [CPU] FLAGS TS: sched_process_exec: filename=F pid=P
+/// old_pid=P`; any other line gives None. The file name may hold spaces: the pid is the one
+/// after its last " pid=".
+pub fn parse_exec_text(line: &str) -> Option<ExecText<'_>> {
+    let (head, rest) = line.split_once(": sched_process_exec: filename=")?;
+    let ts = head.rsplit(' ').next()?.parse().ok()?;
+    let (filename, ids) = rest.rsplit_once(" pid=")?;
+    let pid = ids.split(' ').next()?.trim_end().parse().ok()?;
+    Some(ExecText { ts, filename, pid })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -658,5 +681,24 @@ mod tests {
         let mut rec = vec![0u8; 64];
         rec[0..2].copy_from_slice(&1u16.to_le_bytes());
         assert_eq!(dec.decode(0, &rec).unwrap(), None);
+    }
+
+    #[test]
+    fn exec_text_lines_as_this_kernel_writes_them() {
+        let l = "        pdflatex-30247   [000] ..... 36208.138146: sched_process_exec: \
+                 filename=/usr/bin/pdf tex pid=30247 old_pid=30247\n";
+        assert_eq!(
+            parse_exec_text(l),
+            Some(ExecText {
+                ts: 36208.138146,
+                filename: "/usr/bin/pdf tex",
+                pid: 30247
+            })
+        );
+        assert_eq!(
+            parse_exec_text("sh-1 [000] ..... 1.0: sched_process_fork: pid=1 child_pid=2"),
+            None
+        );
+        assert_eq!(parse_exec_text("# tracer: nop"), None);
     }
 }
