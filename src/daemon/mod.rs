@@ -2102,6 +2102,23 @@ mod tests {
     }
 
     /// `sample_plan` over two real files (its data entries are of the first).
+    /// `pages` pages of the plan's first file from `page` on, read from disk by the launch
+    /// (`used`: touched by it, not only read around what it touched).
+    fn from_disk(plan: &Plan, page: u64, pages: u64, used: bool) -> Access {
+        let f = &plan.files[0];
+        Access {
+            target: Target::File {
+                dev: f.dev,
+                ino: f.ino,
+            },
+            page,
+            pages,
+            t: 0,
+            from_disk: true,
+            used,
+        }
+    }
+
     fn plan_over(first: &Path, second: &Path) -> Plan {
         let mut plan = sample_plan();
         plan.files[0] = FileId::of(first).unwrap();
@@ -2296,19 +2313,7 @@ mod tests {
         let p = dir.path().join("f");
         std::fs::write(&p, vec![0u8; 10_000]).unwrap();
         let plan = plan_over(&p, dir.path());
-        let f = &plan.files[0];
-        let t = Target::File {
-            dev: f.dev,
-            ino: f.ino,
-        };
-        let acc = |page, pages| Access {
-            target: t,
-            page,
-            pages,
-            t: 0,
-            from_disk: true,
-            used: true,
-        };
+        let acc = |page, pages| from_disk(&plan, page, pages, true);
         let cfg = Config::default();
         // Plan data covers pages 0..=2 (3 pages); reading page 2 (covered) and 5 (not).
         let v = judge(&plan, &run_with(vec![acc(2, 1), acc(5, 1)], 0), &cfg, &[]);
@@ -2351,19 +2356,7 @@ mod tests {
             offset: 0,
             len: 100 * ps,
         }];
-        let f = &plan.files[0];
-        let t = Target::File {
-            dev: f.dev,
-            ino: f.ino,
-        };
-        let acc = |page, pages, used| Access {
-            target: t,
-            page,
-            pages,
-            t: 0,
-            from_disk: true,
-            used,
-        };
+        let acc = |page, pages, used| from_disk(&plan, page, pages, used);
         let cfg = Config::default();
         // 5 pages used outside a 100-page plan: 5%, between w_miss and r_miss.
         let v = judge(

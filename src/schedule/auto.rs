@@ -444,6 +444,14 @@ mod tests {
         }
     }
 
+    /// A launch the daemon timed.
+    fn daemon_named(name: &str, ms: f64) -> LaunchRecord {
+        LaunchRecord {
+            mode: DAEMON.into(),
+            ..rec_named(name, ms)
+        }
+    }
+
     /// Two timed launches of each strategy, the second `jitter` ms slower.
     fn each_twice(times: &[(Strategy, f64)], jitter: f64) -> Vec<LaunchRecord> {
         times
@@ -693,10 +701,7 @@ mod tests {
     /// is not timed again at the next exploring launch, only once its sample is stale.
     #[test]
     fn one_launch_far_slower_is_not_re_timed_at_once() {
-        let daemon = |name: &str, ms: f64| LaunchRecord {
-            mode: DAEMON.into(),
-            ..rec_named(name, ms)
-        };
+        let daemon = daemon_named;
         let mut h: Vec<LaunchRecord> = (0..9).map(|_| daemon("paralfetch", 1700.0)).collect();
         h.extend([
             daemon(PLAIN, 2843.0),
@@ -893,10 +898,7 @@ mod tests {
                 std::path::Path::new("/usr/bin/x"),
             ))
             .unwrap();
-        let daemon = |s: Strategy, ms: f64| LaunchRecord {
-            mode: DAEMON.into(),
-            ..rec(s, ms)
-        };
+        let daemon = |s: Strategy, ms: f64| daemon_named(s.name(), ms);
         // run: trace clearly fastest. The daemon: fast clearly fastest, paralfetch (the
         // device class's first) timed too.
         for ms in [100.0, 104.0] {
@@ -928,10 +930,7 @@ mod tests {
     /// faster; a warm plain launch tells nothing and is tried again.
     #[test]
     fn the_daemon_times_plain_launches_and_stops_prefetching_when_they_win() {
-        let daemon = |name: &str, ms: f64| LaunchRecord {
-            mode: DAEMON.into(),
-            ..rec_named(name, ms)
-        };
+        let daemon = daemon_named;
         // Explored so far: trace and fast, twice each (strategies go before a plain launch
         // never timed); paralfetch chosen for the 9 launches since.
         let mut h: Vec<LaunchRecord> = (0..9).map(|_| daemon("paralfetch", 200.0)).collect();
