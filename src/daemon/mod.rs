@@ -1034,22 +1034,20 @@ fn judge(plan: &Plan, run: &RawRun, cfg: &Config, own_files: &[String]) -> Verdi
             plan_pages += len.div_ceil(ps);
         }
     }
-    // Pages of the accesses `keep` takes that the plan does not cover.
-    let outside = |keep: fn(&crate::sequence::Access) -> bool| -> u64 {
-        run.accesses
-            .iter()
-            .filter(|a| keep(a))
-            .map(|a| match a.target {
-                Target::File { dev, ino } => (a.page..a.page + a.pages)
-                    .filter(|p| !covered.contains(&(dev, ino, *p)))
-                    .count() as u64,
-                Target::Meta { .. } => 0,
-            })
-            .sum()
-    };
-    let missed = outside(|a| a.from_disk);
-    // Of those, the pages the launch used (not the kernel's read-around beside them).
-    let missed_used = outside(|a| a.from_disk && a.used);
+    // Pages read from disk that the plan does not cover, and of those the pages the launch
+    // used (not the kernel's read-around beside them).
+    let (mut missed, mut missed_used) = (0u64, 0u64);
+    for a in run.accesses.iter().filter(|a| a.from_disk) {
+        if let Target::File { dev, ino } = a.target {
+            let n = (a.page..a.page + a.pages)
+                .filter(|p| !covered.contains(&(dev, ino, *p)))
+                .count() as u64;
+            missed += n;
+            if a.used {
+                missed_used += n;
+            }
+        }
+    }
     let share = |n: u64| {
         if plan_pages == 0 {
             0.0
