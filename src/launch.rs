@@ -68,27 +68,17 @@ fn is_executable(p: &Path) -> bool {
 /// took 6.9 against 9.0 ms cold and 2.4-2.6 against 3.2 ms warm (docs/measurements.md,
 /// 2026-11-29, seventh entry). `None` if it is not a 64-bit ELF file.
 pub fn statically_linked(path: &Path) -> std::io::Result<Option<bool>> {
-    use object::read::elf::{FileHeader, ProgramHeader};
+    use object::read::elf::ProgramHeader;
     use std::io::Read;
-    // The program headers follow the ELF header in every executable a linker makes.
     let mut head = Vec::with_capacity(4096);
     std::fs::File::open(path)?
         .take(4096)
         .read_to_end(&mut head)?;
-    let Ok(h) = object::elf::FileHeader64::<object::Endianness>::parse(head.as_slice()) else {
-        return Ok(None);
-    };
-    let Ok(endian) = h.endian() else {
-        return Ok(None);
-    };
-    let Ok(phdrs) = h.program_headers(endian, head.as_slice()) else {
-        return Ok(None);
-    };
-    Ok(Some(
-        !phdrs
+    Ok(crate::elf::headers(&head).map(|h| {
+        !h.programs
             .iter()
-            .any(|p| p.p_type(endian) == object::elf::PT_INTERP),
-    ))
+            .any(|p| p.p_type(h.endian) == object::elf::PT_INTERP)
+    }))
 }
 
 /// Replace this process with `exe` (argv[0] `arg0`, then `args`), with the signal

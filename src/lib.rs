@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod codec;
 pub mod daemon;
 pub mod device;
+pub mod elf;
 pub mod emulate;
 pub mod explain;
 pub mod ext4;

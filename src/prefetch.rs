@@ -298,7 +298,12 @@ pub fn warm_executable(path: &Path, look: Option<&Look>) -> bool {
         .map(|(offset, len)| (offset, len.min(chunk)))
         .collect();
     for &(offset, len) in &ranges {
-        resident.add(&fd, offset, len);
+        // The header page is counted above already.
+        let from = offset.max(EXE_HEAD as u64);
+        let end = offset.saturating_add(len);
+        if end > from {
+            resident.add(&fd, from, end - from);
+        }
     }
     // All in memory (a warm launch): nothing to ask for, a dozen syscalls fewer before it.
     if resident.cached < resident.seen {
@@ -385,15 +390,14 @@ const EXE_HEAD: usize = 4096;
 ///
 /// Anything that is not such an ELF file gives nothing.
 fn exec_order(head: &[u8]) -> Vec<(u64, u64)> {
-    use object::elf::{FileHeader64, PF_W, PF_X, PT_LOAD};
+    use object::elf::{PF_W, PF_X, PT_LOAD};
     use object::read::elf::{FileHeader, ProgramHeader};
-    let Ok(h) = FileHeader64::<object::Endianness>::parse(head) else {
-        return Vec::new();
-    };
-    let Ok(endian) = h.endian() else {
-        return Vec::new();
-    };
-    let Ok(phdrs) = h.program_headers(endian, head) else {
+    let Some(crate::elf::Headers {
+        header: h,
+        endian,
+        programs: phdrs,
+    }) = crate::elf::headers(head)
+    else {
         return Vec::new();
     };
     let page = EXE_HEAD as u64;

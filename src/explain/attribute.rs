@@ -327,6 +327,23 @@ pub struct Missed {
     pub waited_ms: f64,
 }
 
+/// A planned entry the launch waited on because it read it itself (an inversion that cost
+/// time), and how far the prefetch had issued the plan when the wait began.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Late {
+    pub entry: usize,
+    pub dev: String,
+    pub ino: u64,
+    pub path: Option<String>,
+    /// The first page waited on, and when (ms from the launch's start).
+    pub page: u64,
+    pub at_ms: f64,
+    /// Critical or not: every wait of the launch's tasks on the entry.
+    pub waited_ms: f64,
+    /// The furthest plan entry the prefetch had put in memory by then (None: nothing yet).
+    pub issued_front: Option<usize>,
+}
+
 /// The result.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Attribution {
@@ -343,11 +360,13 @@ pub struct Attribution {
     /// Pages the launch read from disk itself that the plan lacks.
     pub missed_pages: u64,
     pub missed: Vec<Missed>,
+    /// Planned entries the launch read itself and waited on, longest wait first.
+    pub late: Vec<Late>,
     /// Pages the prefetch read that the launch never touched.
     pub wasted_pages: u64,
     /// Pages the prefetch read.
     pub prefetched_pages: u64,
-    /// Pages the launch read from disk itself (planned or not).
+    /// Pages the launch read from disk itself (planned or not; not warmstart's front).
     pub app_read_pages: u64,
     /// When the prefetch put its first and last page in the page cache, ms.
     pub prefetch_first_ms: Option<f64>,
@@ -436,6 +455,10 @@ struct Ctx<'a> {
     spans: HashMap<u16, Vec<(u64, u64, i32)>>,
     missed: BTreeMap<FileKey, Missed>,
     miss_order: Vec<FileKey>,
+    /// Waits on planned pages the launch read itself: (start, ns, file, page).
+    late_waits: Vec<(u64, u64, FileKey, u64)>,
+    /// Pages warmstart's front read itself before the application's exec.
+    front_reads: HashSet<(FileKey, u64)>,
     unnamed: u64,
 }
 
@@ -471,12 +494,12 @@ impl Ctx<'_> {
     /// Close a task's current state at `t` with `cause` (and the waker, for a sleep a task of
     /// the tree ended).
     fn close(&mut self, tid: i32, t: u64, cause: Cause, waker: Option<i32>) {
+        let in_front = self.in_front(tid);
         let Some(task) = self.tasks.get_mut(&tid) else {
             return;
         };
         let start = task.since.max(self.input.start);
         let end = t.min(self.input.end);
-        let in_front = tid == self.input.root && self.input.prefetched && self.root_execs < 2;
         let cause = match cause {
             Cause::FrontOnCpu | Cause::Front(_) => cause,
             c if in_front => Cause::Front(Box::new(c)),
@@ -585,16 +608,19 @@ impl Ctx<'_> {
         Cause::OtherSleep(first)
     }
 
-    /// A wait on a file page: which page, and who was reading it.
-    fn page_cause(&mut self, tid: i32) -> Cause {
-        let task = &self.tasks[&tid];
+    /// The pages a task's wait on a file page is for: those it inserted since it last ran,
+    /// or else the first of its last access that was read during the trace.
+    fn waited_pages(&self, tid: i32) -> Vec<(FileKey, u64)> {
+        let Some(task) = self.tasks.get(&tid) else {
+            return Vec::new();
+        };
         let own: Vec<(FileKey, u64)> = task
             .own_inserts
             .iter()
             .filter(|(k, _)| !is_bdev(k))
             .copied()
             .collect();
-        let pages: Vec<(FileKey, u64)> = if !own.is_empty() {
+        if !own.is_empty() {
             own
         } else if let Some((f, a, b)) = task.last_access {
             // A read of many pages waits on the first that is not in memory: the first
@@ -606,7 +632,12 @@ impl Ctx<'_> {
                 .collect()
         } else {
             Vec::new()
-        };
+        }
+    }
+
+    /// A wait on a file page: which page, and who was reading it.
+    fn page_cause(&mut self, tid: i32) -> Cause {
+        let pages = self.waited_pages(tid);
         let Some(&first) = pages.first() else {
             return Cause::PageOther;
         };
@@ -778,6 +809,15 @@ impl Ctx<'_> {
                     if cause == Cause::PageMiss || cause == Cause::PagePlannedReadByApp {
                         self.note_miss_wait(*pid, t.saturating_sub(since));
                     }
+                    if cause == Cause::PagePlannedReadByApp {
+                        let planned = self
+                            .waited_pages(*pid)
+                            .into_iter()
+                            .find(|(f, i)| self.input.plan.is_some_and(|p| p.contains(*f, *i)));
+                        if let Some((f, i)) = planned {
+                            self.late_waits.push((since, t.saturating_sub(since), f, i));
+                        }
+                    }
                     let waker = (self.role(waker) == Role::App).then_some(waker);
                     self.close(*pid, t, cause, waker);
                     if let Some(task) = self.tasks.get_mut(pid) {
@@ -801,7 +841,18 @@ impl Ctx<'_> {
                     if let Some(task) = self.tasks.get_mut(&e.tid) {
                         task.own_inserts.push((f, *index));
                     }
-                    if !is_bdev(&f) && !self.input.plan.is_some_and(|p| p.contains(f, *index)) {
+                    // The front's own binary and database are not the plan's to hold: its
+                    // reads are warmstart's cost (the critical path shows it), not misses.
+                    let front = self.in_front(e.tid);
+                    if front {
+                        for i in *index..index + n {
+                            self.front_reads.insert((f, i));
+                        }
+                    }
+                    if !front
+                        && !is_bdev(&f)
+                        && !self.input.plan.is_some_and(|p| p.contains(f, *index))
+                    {
                         let m = self.missed.entry(f).or_insert_with(|| {
                             self.miss_order.push(f);
                             Missed {
@@ -867,8 +918,13 @@ impl Ctx<'_> {
         }
     }
 
+    /// `tid` is warmstart's front: the launch's root before it execs the application.
+    fn in_front(&self, tid: i32) -> bool {
+        tid == self.input.root && self.input.prefetched && self.root_execs < 2
+    }
+
     fn running_cause(&self, tid: i32) -> Cause {
-        let front = tid == self.input.root && self.input.prefetched && self.root_execs < 2;
+        let front = self.in_front(tid);
         if front || self.role(tid) == Role::Warmstart {
             Cause::FrontOnCpu
         } else {
@@ -982,6 +1038,56 @@ impl Ctx<'_> {
 }
 
 /// Attribute a traced launch.
+/// The waits on planned pages the launch read itself, by plan entry, with where the prefetch
+/// stood at the first of them.
+fn late_entries(cx: &Ctx, entries: &[EntryTimes], start: u64) -> Vec<Late> {
+    let Some(plan) = cx.input.plan else {
+        return Vec::new();
+    };
+    let rel = |t: u64| (t.saturating_sub(start)) as f64 / 1e6;
+    // The prefetch's front over time: entries in order of their first page put in memory.
+    let mut issued: Vec<(f64, usize)> = entries
+        .iter()
+        .filter_map(|e| e.issued_ms.map(|t| (t, e.entry)))
+        .collect();
+    issued.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut front = Vec::with_capacity(issued.len());
+    let mut best = None;
+    for (t, e) in issued {
+        best = best.max(Some(e));
+        front.push((t, best));
+    }
+    let front_at = |t: f64| {
+        let i = front.partition_point(|x| x.0 <= t);
+        i.checked_sub(1).and_then(|i| front[i].1)
+    };
+    let mut by_entry: BTreeMap<usize, Late> = BTreeMap::new();
+    for &(since, ns, f, page) in &cx.late_waits {
+        let Some(&(idx, ..)) = plan
+            .entries
+            .iter()
+            .find(|(_, ef, a, b)| *ef == f && (*a..=*b).contains(&page))
+        else {
+            continue;
+        };
+        let at = rel(since);
+        let l = by_entry.entry(idx).or_insert_with(|| Late {
+            entry: idx,
+            dev: f.0.to_string(),
+            ino: f.1,
+            path: None,
+            page,
+            at_ms: at,
+            waited_ms: 0.0,
+            issued_front: front_at(at),
+        });
+        l.waited_ms += ns as f64 / 1e6;
+    }
+    let mut late: Vec<Late> = by_entry.into_values().collect();
+    late.sort_by(|a, b| b.waited_ms.total_cmp(&a.waited_ms));
+    late
+}
+
 pub fn attribute(input: &Input<'_>) -> Attribution {
     let mut cx = Ctx {
         input,
@@ -997,6 +1103,8 @@ pub fn attribute(input: &Input<'_>) -> Attribution {
         cpu_cur: HashMap::new(),
         spans: HashMap::new(),
         missed: BTreeMap::new(),
+        late_waits: Vec::new(),
+        front_reads: HashSet::new(),
         miss_order: Vec::new(),
         unnamed: 0,
     };
@@ -1147,7 +1255,7 @@ pub fn attribute(input: &Input<'_>) -> Attribution {
     let app_read = cx
         .inserted
         .iter()
-        .filter(|(k, v)| v.1 == Role::App && !is_bdev(&k.0))
+        .filter(|(k, v)| v.1 == Role::App && !is_bdev(&k.0) && !cx.front_reads.contains(k))
         .count() as u64;
     let mut missed: Vec<Missed> = cx
         .miss_order
@@ -1159,6 +1267,7 @@ pub fn attribute(input: &Input<'_>) -> Attribution {
             .total_cmp(&a.waited_ms)
             .then(b.pages.cmp(&a.pages))
     });
+    let late = late_entries(&cx, &entries, input.start);
     Attribution {
         wall_ms: ms(end - input.start),
         critical: crit.iter().map(|(c, ns)| (c.label(), ms(*ns))).collect(),
@@ -1169,6 +1278,7 @@ pub fn attribute(input: &Input<'_>) -> Attribution {
         plan_pages: input.plan.map_or(0, |p| p.pages()),
         missed_pages: missed.iter().map(|m| m.pages).sum(),
         missed,
+        late,
         wasted_pages: wasted,
         prefetched_pages: prefetched.len() as u64,
         app_read_pages: app_read,
@@ -1483,8 +1593,67 @@ mod tests {
         assert_eq!(a.missed[0].ranges, vec![(3, 4)]);
         assert!((a.missed[0].waited_ms - 3.0).abs() < 1e-6);
         assert_eq!(a.entries[0].state, EntryState::AppFirst);
+        // The inversion's wait, on entry 0's page 2, before the prefetch had issued anything.
+        assert_eq!(a.late.len(), 1, "{:?}", a.late);
+        let l = &a.late[0];
+        assert_eq!((l.entry, l.ino, l.page, l.issued_front), (0, 7, 2, None));
+        assert!(
+            (l.waited_ms - 1.0).abs() < 1e-6 && (l.at_ms - 6.2).abs() < 1e-6,
+            "{l:?}"
+        );
         assert_eq!(a.wasted_pages, 1);
         assert_eq!(a.app_read_pages, 3);
+    }
+
+    /// What warmstart's front reads before the application's exec (its own binary, its
+    /// database) is its cost, shown on the critical path, not a miss of the plan.
+    #[test]
+    fn the_fronts_own_reads_are_not_misses() {
+        let p = plan(vec![(7, 0, 4)]);
+        let exec = |ms10, filename: &str| {
+            ev(
+                ms10,
+                ROOT,
+                EventKind::Exec {
+                    pid: ROOT,
+                    filename: filename.into(),
+                },
+            )
+        };
+        let tree = vec![
+            exec(0, "/bin/warmstart"),
+            ev(
+                0,
+                ROOT,
+                EventKind::Fork {
+                    parent: ROOT,
+                    child: PREFETCHER,
+                },
+            ),
+            exec(30, "/bin/app"),
+            fault(50, ROOT, 9, 3),
+            ev(100, ROOT, EventKind::Exit { pid: ROOT }),
+        ];
+        let system = vec![
+            switch(0, 0, 0, 0, ROOT, &[]),
+            add(10, ROOT, 5, 0),
+            add(10, ROOT, 5, 1),
+            switch(11, 0, ROOT, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
+            waking(21, 0, ROOT, true),
+            switch(21, 0, 0, 0, ROOT, &[]),
+            add(51, ROOT, 9, 3),
+            switch(52, 0, ROOT, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
+            waking(62, 0, ROOT, true),
+            switch(62, 0, 0, 0, ROOT, &[]),
+        ];
+        let a = run(tree, system, Some(&p), 10);
+        sums_to_wall(&a);
+        assert_eq!(a.missed_pages, 1, "{:?}", a.missed);
+        assert_eq!(a.missed[0].ino, 9);
+        assert_eq!(a.app_read_pages, 1);
+        let front_miss = Cause::Front(Box::new(Cause::PageMiss));
+        assert!((get(&a, front_miss) - 1.0).abs() < 1e-6, "{a:?}");
+        assert!((get(&a, Cause::PageMiss) - 1.0).abs() < 1e-6, "{a:?}");
     }
 
     /// A parent waiting for its child: the child's time stands in on the critical path.

@@ -112,19 +112,25 @@ pub fn trace_and_attribute(
         syms,
         tracer: &tracer,
     });
-    for m in &mut a.missed {
-        m.path = traced
+    let path_of = |dev: &str, ino: u64| {
+        traced
             .opens
             .iter()
-            .find(|o| o.dev.to_string() == m.dev && o.ino == m.ino)
+            .find(|o| o.dev.to_string() == dev && o.ino == ino)
             .map(|o| o.path.display().to_string())
             .or_else(|| {
                 plan?
                     .files
                     .iter()
-                    .find(|f| f.dev.to_string() == m.dev && f.ino == m.ino)
+                    .find(|f| f.dev.to_string() == dev && f.ino == ino)
                     .map(|f| f.path.display().to_string())
-            });
+            })
+    };
+    for m in &mut a.missed {
+        m.path = path_of(&m.dev, m.ino);
+    }
+    for l in &mut a.late {
+        l.path = path_of(&l.dev, l.ino);
     }
     Ok(Explained {
         scenario: match (prefetched, cold) {
@@ -351,6 +357,28 @@ pub fn render(launches: &[Explained]) -> String {
                     m.pages,
                     ranges.join(", "),
                     if m.ranges.len() > 4 { ", ..." } else { "" }
+                );
+            }
+        }
+        if !a.late.is_empty() && l.scenario == "warmstart" {
+            let _ = writeln!(
+                s,
+                "  inversions waited for (planned, read by the app before the prefetch issued them), longest first:"
+            );
+            for x in a.late.iter().take(8) {
+                let name = x
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| format!("dev {} inode {}", x.dev, x.ino));
+                let _ = writeln!(
+                    s,
+                    "    {:>7.1} ms  entry {} ({name} @ {}K) at {:.1} ms, the prefetch at entry {}",
+                    x.waited_ms,
+                    x.entry,
+                    x.page * 4,
+                    x.at_ms,
+                    x.issued_front
+                        .map_or_else(|| "none yet".to_string(), |e| e.to_string())
                 );
             }
         }
