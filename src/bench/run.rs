@@ -810,53 +810,9 @@ fn learn_as(
     if let Some(d) = ctx.display_for(&app.ready) {
         cmd.env("DISPLAY", d);
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| BenchError::Setup(format!("cannot run warmstart record: {e}")))?;
-    let rec_pid = child.id() as i32;
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
-    let out_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(o) = stdout.as_mut() {
-            let _ = o.read_to_string(&mut s);
-        }
-        s
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(e) = stderr.as_mut() {
-            let _ = e.read_to_string(&mut s);
-        }
-        s
-    });
-    // Close apps that stay open: each learning run's app is a descendant of the recorder.
-    let closer = !matches!(app.ready, Ready::Exit);
     let deadline =
         Instant::now() + app.timeout * (ctx.opts.learn_runs + 1) + Duration::from_secs(30);
-    let status = loop {
-        if let Ok(Some(st)) = child.try_wait() {
-            break st;
-        }
-        if ctx.interrupt.load(Ordering::SeqCst) != 0 || Instant::now() > deadline {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(rec_pid),
-                nix::sys::signal::Signal::SIGINT,
-            );
-            let _ = child.wait();
-            return Err(if ctx.interrupt.load(Ordering::SeqCst) != 0 {
-                BenchError::Interrupted
-            } else {
-                BenchError::Setup(format!("learning {} timed out", app.name))
-            });
-        }
-        if closer && app_ready_under(ctx, app, rec_pid) {
-            close_descendants(rec_pid);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = out_t.join().unwrap_or_default();
-    let err = err_t.join().unwrap_or_default();
+    let (status, out, err) = run_to_ready(ctx, app, cmd, deadline, "learning")?;
     if !status.success() {
         return Err(BenchError::Setup(format!(
             "learning {} failed: {}",
@@ -883,6 +839,73 @@ fn learn_as(
     res.overhead.plan_build_ms = v["plan_build_ms"].as_f64().unwrap_or(0.0);
     res.overhead.plan_bytes = v["plan_bytes"].as_u64().unwrap_or(0);
     Ok(())
+}
+
+/// Run `cmd` (a `warmstart` command launching `app`, in its own process group, its output
+/// piped) to its end and collect its output. A window app's launch under it is closed once
+/// its window is up (`app_ready_under`), so that its plan, or its traced launch, ends where
+/// the bench's timed launches end; `what` names the step in errors. Killed at `deadline`
+/// or on Ctrl-C.
+fn run_to_ready(
+    ctx: &Ctx<'_>,
+    app: &AppSpec,
+    mut cmd: Command,
+    deadline: Instant,
+    what: &str,
+) -> Result<(std::process::ExitStatus, String, String), BenchError> {
+    let mut child = cmd.spawn().map_err(|e| {
+        BenchError::Setup(format!("{what} {}: cannot run warmstart: {e}", app.name))
+    })?;
+    let pid = child.id() as i32;
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let out_t = pipe(
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn Read + Send>),
+    );
+    let err_t = pipe(
+        child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn Read + Send>),
+    );
+    // Close apps that stay open: the launch is a descendant of the warmstart command.
+    let closer = !matches!(app.ready, Ready::Exit);
+    let status = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break st;
+        }
+        if ctx.interrupt.load(Ordering::SeqCst) != 0 || Instant::now() > deadline {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGINT,
+            );
+            let _ = child.wait();
+            return Err(if ctx.interrupt.load(Ordering::SeqCst) != 0 {
+                BenchError::Interrupted
+            } else {
+                BenchError::Setup(format!("{what} {} timed out", app.name))
+            });
+        }
+        if closer && app_ready_under(ctx, app, pid) {
+            close_descendants(pid);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Ok((
+        status,
+        out_t.join().unwrap_or_default(),
+        err_t.join().unwrap_or_default(),
+    ))
 }
 
 /// Whether a learning run's app (a descendant of `root`) looks ready now: for window apps,
@@ -941,7 +964,8 @@ fn floor_of(db: &Path, app: &str) -> Option<crate::device::Floor> {
 
 /// One prefetched launch of `app` traced and attributed by `warmstart explain --no-cold`
 /// (this binary): miss ratio, waste, inversions, where its time went. A window app is
-/// traced for twice its median warm launch (at least 3 s), then closed.
+/// closed once its window is up, as in learning (at the latest after twice its median warm
+/// launch, at least 3 s: explain's own timeout).
 fn explained(ctx: &Ctx<'_>, app: &AppSpec, res: &AppResult) -> Result<Accuracy, BenchError> {
     let me = std::env::current_exe()
         .map_err(|e| BenchError::Setup(format!("locating the benchmark binary: {e}")))?;
@@ -976,20 +1000,20 @@ fn explained(ctx: &Ctx<'_>, app: &AppSpec, res: &AppResult) -> Result<Accuracy, 
     .args(ctx.argv(app))
     .current_dir(ctx.work(app))
     .stdin(Stdio::null())
-    .stderr(Stdio::null());
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0);
     for (k, v) in ctx.env(app) {
         cmd.env(k, v);
     }
     if let Some(d) = ctx.display_for(&app.ready) {
         cmd.env("DISPLAY", d);
     }
-    let out = cmd
-        .output()
-        .map_err(|e| BenchError::Setup(format!("cannot run explain: {e}")))?;
-    if ctx.interrupt.load(Ordering::SeqCst) != 0 {
-        return Err(BenchError::Interrupted);
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+    // The plan's learning ended where the window came up; so does the traced launch, or
+    // what the app reads after (Writer: ICU's data, Mesa's LLVM) counts as misses.
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout) + Duration::from_secs(60);
+    let (_, out, _) = run_to_ready(ctx, app, cmd, deadline, "explain of")?;
+    let v: serde_json::Value = serde_json::from_str(&out)
         .map_err(|_| BenchError::Setup(format!("explain of {} gave no result", app.name)))?;
     let l = v["launches"]
         .as_array()
