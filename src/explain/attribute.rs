@@ -1380,6 +1380,44 @@ mod tests {
         )
     }
 
+    /// `tid` reads `pages` of file `ino` itself at `ms10` and sleeps on them until `wake`.
+    fn read_and_wait(ms10: u64, tid: i32, ino: u64, pages: &[u64], wake: u64) -> Vec<Event> {
+        let mut v: Vec<Event> = pages.iter().map(|p| add(ms10, tid, ino, *p)).collect();
+        v.extend([
+            switch(ms10 + 1, 0, tid, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
+            waking(wake, 0, tid, true),
+            switch(wake, 0, 0, 0, tid, &[]),
+        ]);
+        v
+    }
+
+    /// A `warmstart run` launch's start: the front's exec, its fork of the prefetcher and,
+    /// at `app_exec`, its exec of the app.
+    fn front_then_app(app_exec: u64) -> Vec<Event> {
+        let exec = |ms10, filename: &str| {
+            ev(
+                ms10,
+                ROOT,
+                EventKind::Exec {
+                    pid: ROOT,
+                    filename: filename.into(),
+                },
+            )
+        };
+        vec![
+            exec(0, "/bin/warmstart"),
+            ev(
+                0,
+                ROOT,
+                EventKind::Fork {
+                    parent: ROOT,
+                    child: PREFETCHER,
+                },
+            ),
+            exec(app_exec, "/bin/app"),
+        ]
+    }
+
     fn plan(entries: Vec<(u64, u64, u64)>) -> Plan {
         let file = |ino: u64| FileId {
             path: format!("/f{ino}").into(),
@@ -1533,55 +1571,17 @@ mod tests {
     #[test]
     fn pages_the_app_read_itself_are_misses_or_inversions() {
         let p = plan(vec![(7, 0, 4)]);
-        let tree = vec![
+        let mut tree = front_then_app(0);
+        tree.extend([
             fault(20, ROOT, 9, 3),
             fault(60, ROOT, 7, 2),
             ev(100, ROOT, EventKind::Exit { pid: ROOT }),
-        ];
-        let system = vec![
-            switch(0, 0, 0, 0, ROOT, &[]),
-            add(21, ROOT, 9, 3),
-            add(21, ROOT, 9, 4),
-            switch(22, 0, ROOT, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
-            waking(52, 0, ROOT, true),
-            switch(52, 0, 0, 0, ROOT, &[]),
-            add(61, ROOT, 7, 2),
-            switch(62, 0, ROOT, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
-            waking(72, 0, ROOT, true),
-            switch(72, 0, 0, 0, ROOT, &[]),
-            // The prefetch issues the rest of the entry afterwards: never needed.
-            add(80, PREFETCHER, 7, 3),
-        ];
-        let mut tree = tree;
-        tree.splice(
-            0..0,
-            [
-                ev(
-                    0,
-                    ROOT,
-                    EventKind::Exec {
-                        pid: ROOT,
-                        filename: "/bin/warmstart".into(),
-                    },
-                ),
-                ev(
-                    0,
-                    ROOT,
-                    EventKind::Fork {
-                        parent: ROOT,
-                        child: PREFETCHER,
-                    },
-                ),
-                ev(
-                    0,
-                    ROOT,
-                    EventKind::Exec {
-                        pid: ROOT,
-                        filename: "/bin/app".into(),
-                    },
-                ),
-            ],
-        );
+        ]);
+        let mut system = vec![switch(0, 0, 0, 0, ROOT, &[])];
+        system.extend(read_and_wait(21, ROOT, 9, &[3, 4], 52));
+        system.extend(read_and_wait(61, ROOT, 7, &[2], 72));
+        // The prefetch issues the rest of the entry afterwards: never needed.
+        system.push(add(80, PREFETCHER, 7, 3));
         let a = run(tree, system, Some(&p), 20);
         sums_to_wall(&a);
         assert!((get(&a, Cause::PageMiss) - 3.0).abs() < 1e-6, "{a:?}");
@@ -1610,42 +1610,14 @@ mod tests {
     #[test]
     fn the_fronts_own_reads_are_not_misses() {
         let p = plan(vec![(7, 0, 4)]);
-        let exec = |ms10, filename: &str| {
-            ev(
-                ms10,
-                ROOT,
-                EventKind::Exec {
-                    pid: ROOT,
-                    filename: filename.into(),
-                },
-            )
-        };
-        let tree = vec![
-            exec(0, "/bin/warmstart"),
-            ev(
-                0,
-                ROOT,
-                EventKind::Fork {
-                    parent: ROOT,
-                    child: PREFETCHER,
-                },
-            ),
-            exec(30, "/bin/app"),
+        let mut tree = front_then_app(30);
+        tree.extend([
             fault(50, ROOT, 9, 3),
             ev(100, ROOT, EventKind::Exit { pid: ROOT }),
-        ];
-        let system = vec![
-            switch(0, 0, 0, 0, ROOT, &[]),
-            add(10, ROOT, 5, 0),
-            add(10, ROOT, 5, 1),
-            switch(11, 0, ROOT, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
-            waking(21, 0, ROOT, true),
-            switch(21, 0, 0, 0, ROOT, &[]),
-            add(51, ROOT, 9, 3),
-            switch(52, 0, ROOT, STATE_UNINTERRUPTIBLE, 0, &PAGE_WAIT),
-            waking(62, 0, ROOT, true),
-            switch(62, 0, 0, 0, ROOT, &[]),
-        ];
+        ]);
+        let mut system = vec![switch(0, 0, 0, 0, ROOT, &[])];
+        system.extend(read_and_wait(10, ROOT, 5, &[0, 1], 21));
+        system.extend(read_and_wait(51, ROOT, 9, &[3], 62));
         let a = run(tree, system, Some(&p), 10);
         sums_to_wall(&a);
         assert_eq!(a.missed_pages, 1, "{:?}", a.missed);
