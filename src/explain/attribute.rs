@@ -1037,7 +1037,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Attribute a traced launch.
 /// The waits on planned pages the launch read itself, by plan entry, with where the prefetch
 /// stood at the first of them.
 fn late_entries(cx: &Ctx, entries: &[EntryTimes], start: u64) -> Vec<Late> {
@@ -1088,6 +1087,7 @@ fn late_entries(cx: &Ctx, entries: &[EntryTimes], start: u64) -> Vec<Late> {
     late
 }
 
+/// Attribute a traced launch.
 pub fn attribute(input: &Input<'_>) -> Attribution {
     let mut cx = Ctx {
         input,

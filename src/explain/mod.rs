@@ -5,7 +5,9 @@
 //! prefetch had issued, on a page the launch read itself (planned but not yet issued: an
 //! accessing-prefetching order inversion; or not planned: a miss), on metadata, on locks and
 //! other processes. Plus the prefetcher's timeline: when each plan entry was issued and read,
-//! against when the launch first needed it.
+//! against when the launch first needed it, and for each inversion the launch waited on, how
+//! far the prefetch had got. What warmstart's front reads before the app's exec (its binary,
+//! its database) is its own cost, not a miss of the plan.
 
 pub mod attribute;
 pub mod ksyms;
