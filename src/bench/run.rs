@@ -857,27 +857,8 @@ fn run_to_ready(
         BenchError::Setup(format!("{what} {}: cannot run warmstart: {e}", app.name))
     })?;
     let pid = child.id() as i32;
-    let pipe = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_string(&mut s);
-            }
-            s
-        })
-    };
-    let out_t = pipe(
-        child
-            .stdout
-            .take()
-            .map(|o| Box::new(o) as Box<dyn Read + Send>),
-    );
-    let err_t = pipe(
-        child
-            .stderr
-            .take()
-            .map(|e| Box::new(e) as Box<dyn Read + Send>),
-    );
+    let out_t = read_all(child.stdout.take());
+    let err_t = read_all(child.stderr.take());
     // Close apps that stay open: the launch is a descendant of the warmstart command.
     let closer = !matches!(app.ready, Ready::Exit);
     let status = loop {
@@ -906,6 +887,17 @@ fn run_to_ready(
         out_t.join().unwrap_or_default(),
         err_t.join().unwrap_or_default(),
     ))
+}
+
+/// A thread reading `r` to its end (nothing if there is none).
+fn read_all<R: Read + Send + 'static>(r: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_string(&mut s);
+        }
+        s
+    })
 }
 
 /// Whether a learning run's app (a descendant of `root`) looks ready now: for window apps,

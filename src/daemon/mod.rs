@@ -2099,7 +2099,6 @@ mod tests {
         );
     }
 
-    /// `sample_plan` over two real files (its data entries are of the first).
     /// `pages` pages of the plan's first file from `page` on, read from disk by the launch
     /// (`used`: touched by it, not only read around what it touched).
     fn from_disk(plan: &Plan, page: u64, pages: u64, used: bool) -> Access {
@@ -2117,6 +2116,7 @@ mod tests {
         }
     }
 
+    /// `sample_plan` over two real files (its data entries are of the first).
     fn plan_over(first: &Path, second: &Path) -> Plan {
         let mut plan = sample_plan();
         plan.files[0] = FileId::of(first).unwrap();
