@@ -106,6 +106,16 @@ pub const DEFAULT_META_JOBS: usize = 2;
 /// and 1 MiB cut chromium's off-CPU time by 29 and 38 ms, 1 MiB npm's by 29 ms and
 /// soffice's by 13 ms, and cost inkscape and R 1-6 ms (within their noise).
 pub const DEFAULT_WINDOW: u64 = 512 << 10;
+/// Descriptors a prefetching process's table is grown to before its threads start
+/// (`prepare_process`). The metadata pass holds up to `META_AHEAD` files open ahead of the
+/// data workers, and a table the kernel has to grow while other threads share it waits for
+/// an RCU grace period (`expand_fdtable` → `synchronize_rcu`, ~10 ms on this VM) with every
+/// thread that opens a file in the meantime: traced on soffice, all prefetch threads stood
+/// still at 18-29 ms and 35-45 ms of the launch, growing the table to 128 and to 256 slots,
+/// while the application read what they would have issued. Grown beforehand, the prefetched
+/// launches' off-CPU time fell by 10 ms on soffice, 28 on chromium, 11 on inkscape, 5 on npm
+/// (10 interleaved rounds each, docs/measurements.md, 2026-11-29, ninth entry).
+pub const FD_TABLE: u64 = 1024;
 /// Bounds of `--jobs` and `--meta-jobs` (the parser and the front check the same).
 pub const MAX_JOBS: u16 = 64;
 pub const MAX_META_JOBS: u16 = 16;
@@ -893,6 +903,14 @@ impl Engine<'_> {
     }
 }
 
+/// Make this process ready to prefetch: its descriptor table grown to `FD_TABLE` while
+/// (ideally) no other thread shares it, which costs nothing then; later growth would stall
+/// the prefetch threads (see `FD_TABLE`). A long-lived process (the daemon) calls it at its
+/// start; `Running` and `prefetch` call it too, a no-op once done.
+pub fn prepare_process() {
+    sys::reserve_fds(FD_TABLE);
+}
+
 /// Replay `plan` now, blocking until done or `stop` is set.
 pub fn prefetch(plan: &Plan, opts: &PrefetchOptions, stop: &AtomicBool) -> PrefetchReport {
     prefetch_holding(plan, opts, stop, &|| {})
@@ -918,6 +936,7 @@ fn prefetch_watching(
     on_head: &(dyn Fn() + Sync),
     warm: &AtomicBool,
 ) -> PrefetchReport {
+    prepare_process();
     let start = Instant::now();
     // Taken beside the workers (its lock files and journal may be on a cold disk: 4-5 ms
     // before the first request when taken first), released once everything is issued (the
@@ -1189,6 +1208,8 @@ impl Running {
         let w2 = warm.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
+        // Before the thread: grown while this process may still run no other one.
+        prepare_process();
         let handle = std::thread::Builder::new()
             .name("warmstart-prefetch".into())
             .spawn(move || {

@@ -546,6 +546,30 @@ pub fn close_inherited_fds() -> usize {
     closed
 }
 
+/// Grow this process's descriptor table to hold `n` descriptors (at most the soft
+/// `RLIMIT_NOFILE`): a standard descriptor is duplicated to the highest of them and closed
+/// again, and the kernel never shrinks a table. Returns the table size now assured (0 if no
+/// standard descriptor is open to duplicate).
+pub fn reserve_fds(n: u64) -> u64 {
+    let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    let n = n.min(limit).min(libc::c_int::MAX as u64);
+    if n == 0 {
+        return 0;
+    }
+    for from in [2, 1, 0] {
+        // SAFETY: F_DUPFD_CLOEXEC only creates a descriptor numbered n - 1 or more, which
+        // no object of this process owns and which is closed at once.
+        let fd = unsafe { libc::fcntl(from, libc::F_DUPFD_CLOEXEC, (n - 1) as libc::c_int) };
+        if fd >= 0 {
+            // SAFETY: as above, this function made `fd` and nothing else knows its number.
+            unsafe { libc::close(fd) };
+            return n;
+        }
+    }
+    0
+}
+
 /// Is any signal of `set` pending for this thread or process (blocked, not yet delivered)?
 pub fn signals_pending(set: &nix::sys::signal::SigSet) -> bool {
     // SAFETY: an all-zero sigset_t is a valid (empty) set.
@@ -984,6 +1008,36 @@ mod tests {
             }
             Err(e) => panic!("fiemap: {e}"),
         }
+    }
+
+    /// The table is grown (the kernel's FDSize in /proc) and no descriptor is left open.
+    #[test]
+    fn reserve_fds_grows_the_descriptor_table_and_leaves_nothing_open() {
+        let size = || {
+            std::fs::read_to_string("/proc/self/status")
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("FDSize:"))
+                .unwrap()
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        };
+        // Larger than any other test (the prefetch grows it to `FD_TABLE`) asks for.
+        let got = reserve_fds(4096);
+        assert_eq!(
+            got,
+            4096.min(
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                    .unwrap()
+                    .0
+            )
+        );
+        assert!(size() >= got, "FDSize {} after reserving {got}", size());
+        // The descriptor made to grow it is closed (other tests run beside this one, so
+        // the number of open descriptors is not compared).
+        assert!(std::fs::metadata(format!("/proc/self/fd/{}", got - 1)).is_err());
+        assert_eq!(reserve_fds(0), 0);
     }
 
     #[test]

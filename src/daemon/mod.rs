@@ -1741,6 +1741,8 @@ impl PidFile {
 
 /// Run the daemon until SIGTERM/SIGINT. SIGHUP reloads the configuration and the plans.
 pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
+    // Before any thread starts (see `prefetch::FD_TABLE`).
+    crate::prefetch::prepare_process();
     let cfg = Config::load(&opts.config_path)?;
     // Signals arrive on a pipe, so the loop sleeps in poll() and uses no CPU when idle.
     // Caught from the start: a SIGTERM while starting up (before any tracefs instance
