@@ -757,10 +757,8 @@ fn detach_prefetcher(
         }
         Ok(ForkResult::Child) => {
             // The prefetcher holds none of the descriptors the caller handed the application
-            // (a pipe whose reader waits for EOF, a socket). Closed before its fork, so its
-            // descriptor table starts at the kernel's default size whatever the caller left
-            // open: a table inherited at 128 or more slots changes how the prefetcher's
-            // first few hundred opens are paced (docs/measurements.md, 2026-11-24).
+            // (a pipe whose reader waits for EOF, a socket). Its descriptor table it grows
+            // itself (`prefetch::prepare_process`): a fork copies only a table's open part.
             sys::close_inherited_fds();
             // The prefetcher waits for this process to note the launch for it (see below):
             // the pipe reads EOF once this process has exited.
