@@ -906,7 +906,7 @@ impl Engine<'_> {
 /// Make this process ready to prefetch: its descriptor table grown to `FD_TABLE` while
 /// (ideally) no other thread shares it, which costs nothing then; later growth would stall
 /// the prefetch threads (see `FD_TABLE`). A long-lived process (the daemon) calls it at its
-/// start; `Running` and `prefetch` call it too, a no-op once done.
+/// start; `Running` and `prefetch` call it too (a few syscalls once it is done).
 pub fn prepare_process() {
     sys::reserve_fds(FD_TABLE);
 }
@@ -924,6 +924,8 @@ pub fn prefetch_holding(
     stop: &AtomicBool,
     on_head: &(dyn Fn() + Sync),
 ) -> PrefetchReport {
+    // (`Running` prepares the process before its thread starts.)
+    prepare_process();
     prefetch_watching(plan, opts, stop, on_head, &AtomicBool::new(false))
 }
 
@@ -936,7 +938,6 @@ fn prefetch_watching(
     on_head: &(dyn Fn() + Sync),
     warm: &AtomicBool,
 ) -> PrefetchReport {
-    prepare_process();
     let start = Instant::now();
     // Taken beside the workers (its lock files and journal may be on a cold disk: 4-5 ms
     // before the first request when taken first), released once everything is issued (the

@@ -757,7 +757,7 @@ fn detach_prefetcher(
         }
         Ok(ForkResult::Child) => {
             // The prefetcher holds none of the descriptors the caller handed the application
-            // (a pipe whose reader waits for EOF, a socket). Its descriptor table it grows
+            // (a pipe whose reader waits for EOF, a socket). It grows its descriptor table
             // itself (`prefetch::prepare_process`): a fork copies only a table's open part.
             sys::close_inherited_fds();
             // The prefetcher waits for this process to note the launch for it (see below):
