@@ -104,6 +104,56 @@ fn paired_markdown(r: &Results, s: &mut String) {
     }
 }
 
+/// The daemon against `warmstart` app by app (issue #26: no app more than 10 points
+/// behind), in points of that app's own gap: (ratio − 1) × its `warmstart` normalised time
+/// / (1 − its warm's). An app whose cold-warm gap is under 5% of its cold time has no
+/// points (a few ms of noise would be tens of them).
+fn daemon_by_app_markdown(r: &Results, s: &mut String) {
+    use super::run::{paired_by_app, PAIRED_BASE};
+    const SCENARIO: &str = "daemon";
+    if !r.scenarios.iter().any(|x| x == SCENARIO) {
+        return;
+    }
+    let rows = paired_by_app(&r.apps, SCENARIO, PAIRED_BASE);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n## `{SCENARIO}` against `{PAIRED_BASE}`, app by app\n\nAs above, one app's rounds at a \
+         time (its rounds redrawn for the 90% interval), and in points of that app's own gap: \
+         positive is behind. With a few rounds per app the interval is wide: an app is behind \
+         only where all of its interval is.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| app | time over `{PAIRED_BASE}` | 90% interval | slower in | points behind (interval) |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for (name, p) in rows {
+        let app = r.apps.iter().find(|a| a.name == name);
+        let norm = |sc: &str| {
+            app.and_then(|a| a.summary.get(sc))
+                .filter(|x| x.n > 0)
+                .map(|x| x.normalized)
+        };
+        let points = match (norm(PAIRED_BASE), norm("warm")) {
+            (Some(b), Some(w)) if w < 0.95 => {
+                Some(move |ratio: f64| (ratio - 1.0) * b / (1.0 - w) * 100.0)
+            }
+            _ => None,
+        };
+        let behind = points.map_or("–".into(), |f| {
+            format!("{:+.1} ({:+.1} to {:+.1})", f(p.ratio), f(p.lo), f(p.hi))
+        });
+        let _ = writeln!(
+            s,
+            "| {name} | {:.3} | {:.3}-{:.3} | {} of {} | {behind} |",
+            p.ratio, p.lo, p.hi, p.slower, p.pairs
+        );
+    }
+}
+
 /// The launch tables: times, means, overheads, accuracy, adaptation, apps together.
 fn apps_markdown(r: &Results, s: &mut String) {
     let _ = writeln!(
@@ -167,6 +217,7 @@ fn apps_markdown(r: &Results, s: &mut String) {
         }
     }
     paired_markdown(r, s);
+    daemon_by_app_markdown(r, s);
     let _ = writeln!(s, "\n## Overheads\n");
     let _ = writeln!(
         s,
@@ -907,6 +958,11 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| cold | 1.667 |"), "{md}");
+        // The same pair, app by app, in that app's own gap (here the suite's).
+        assert!(
+            md.contains("| app1 | 1.100 | 1.100-1.100 | 1 of 1 | +12.0 (+12.0 to +12.0) |"),
+            "{md}"
+        );
         assert!(md.contains("error: not installed"), "{md}");
         assert!(md.contains("| 2 | app1, x | 2000 | 1000 | 2.00× |"), "{md}");
         assert!(md.contains("## Overheads"));

@@ -1462,6 +1462,25 @@ pub fn paired_against(
         .collect()
 }
 
+/// `scenario` against `base` app by app, paired by round, each app's rounds redrawn for the
+/// interval: whether one app is behind (issue #26 asks of the daemon that no app be more
+/// than 10 points behind `run`), which five medians of each cannot tell (per-app medians
+/// moved by tens of points between suite runs; docs/measurements.md, 2026-11-29).
+pub fn paired_by_app(
+    results: &[AppResult],
+    scenario: &str,
+    base: &str,
+) -> Vec<(String, PairedRatio)> {
+    results
+        .iter()
+        .filter_map(|a| {
+            let pairs = round_pairs(&a.samples, scenario, base);
+            paired_ratio(&[pairs], PAIRED_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED)
+                .map(|p| (a.name.clone(), p))
+        })
+        .collect()
+}
+
 /// Recompute every summary of saved results (after a change to how they are derived).
 pub fn resummarize(r: &mut Results) {
     for a in &mut r.apps {
@@ -1892,6 +1911,44 @@ mod tests {
         summarize(&mut r);
         // Medians 510 and 702 would say +192.
         assert_eq!(r.overhead.warm_overhead_ms, Some(3.0));
+    }
+
+    #[test]
+    fn paired_by_app_pairs_each_apps_rounds_alone() {
+        let m = |s: &str, round: u32, ms: f64| Measurement {
+            scenario: s.into(),
+            round,
+            ms,
+            ready: true,
+        };
+        // One app's daemon 10% slower in every round, however fast the round; another's
+        // daemon never ready, which pairs nothing.
+        let mut a = AppResult {
+            name: "a".into(),
+            ..AppResult::default()
+        };
+        for (round, ws) in [(1, 100.0), (2, 300.0), (3, 200.0)] {
+            a.samples.push(m("warmstart", round, ws));
+            a.samples.push(m("daemon", round, ws * 1.1));
+        }
+        let mut b = AppResult {
+            name: "b".into(),
+            ..AppResult::default()
+        };
+        b.samples.push(m("warmstart", 1, 100.0));
+        b.samples.push(Measurement {
+            ready: false,
+            ..m("daemon", 1, 90.0)
+        });
+        let rows = paired_by_app(&[a, b], "daemon", PAIRED_BASE);
+        assert_eq!(rows.len(), 1);
+        let (name, p) = &rows[0];
+        assert_eq!(name, "a");
+        assert!(
+            (p.ratio - 1.1).abs() < 1e-9 && (p.lo - 1.1).abs() < 1e-9,
+            "{p:?}"
+        );
+        assert_eq!((p.slower, p.pairs), (3, 3));
     }
 
     /// The front's time from a `sched_process_exec` trace as this kernel writes it: from the
