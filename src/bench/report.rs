@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::run::{Results, ScenarioSummary};
 use super::sampler::Point;
-use super::stats::Spread;
+use super::stats::{PairedRatio, Spread};
 
 fn pct(v: Option<f64>) -> String {
     v.map_or("–".into(), |g| format!("{:.0}%", g * 100.0))
@@ -63,6 +63,31 @@ pub fn markdown(r: &Results) -> String {
     s
 }
 
+/// A paired ratio in points of a gap: (ratio − 1) × the base's normalised time / (1 −
+/// warm's), positive is behind. None without both, or when warm is above `max_warm` of cold
+/// (no gap to count in).
+fn gap_points(base: Option<f64>, warm: Option<f64>, max_warm: f64) -> Option<impl Fn(f64) -> f64> {
+    match (base, warm) {
+        (Some(b), Some(w)) if w < max_warm => {
+            Some(move |ratio: f64| (ratio - 1.0) * b / (1.0 - w) * 100.0)
+        }
+        _ => None,
+    }
+}
+
+/// One row of a paired table: `label`, the ratio, its interval, the slower pairs, and the same
+/// in points where `points` counts them.
+fn paired_row(s: &mut String, label: &str, p: &PairedRatio, points: Option<impl Fn(f64) -> f64>) {
+    let behind = points.map_or("–".into(), |f| {
+        format!("{:+.1} ({:+.1} to {:+.1})", f(p.ratio), f(p.lo), f(p.hi))
+    });
+    let _ = writeln!(
+        s,
+        "| {label} | {:.3} | {:.3}-{:.3} | {} of {} | {behind} |",
+        p.ratio, p.lo, p.hi, p.slower, p.pairs
+    );
+}
+
 /// Each scenario against `warmstart`, paired by app and round, also in points of the gap at
 /// the suite's means: (ratio − 1) × warmstart's normalised time / (1 − warm's).
 fn paired_markdown(r: &Results, s: &mut String) {
@@ -71,12 +96,7 @@ fn paired_markdown(r: &Results, s: &mut String) {
         return;
     }
     let norm = |n: &str| r.geomean.get(n).and_then(|g| g.normalized);
-    let points = match (norm(PAIRED_BASE), norm("warm")) {
-        (Some(b), Some(w)) if w < 1.0 => {
-            Some(move |ratio: f64| (ratio - 1.0) * b / (1.0 - w) * 100.0)
-        }
-        _ => None,
-    };
+    let points = gap_points(norm(PAIRED_BASE), norm("warm"), 1.0);
     let _ = writeln!(
         s,
         "\n## Paired against `{PAIRED_BASE}`\n\nEach launch over the `{PAIRED_BASE}` launch of the \
@@ -93,14 +113,7 @@ fn paired_markdown(r: &Results, s: &mut String) {
     let _ = writeln!(s, "|---|---:|---:|---:|---:|");
     for sc in &r.scenarios {
         let Some(p) = r.paired.get(sc) else { continue };
-        let behind = points.map_or("–".into(), |f| {
-            format!("{:+.1} ({:+.1} to {:+.1})", f(p.ratio), f(p.lo), f(p.hi))
-        });
-        let _ = writeln!(
-            s,
-            "| {sc} | {:.3} | {:.3}-{:.3} | {} of {} | {behind} |",
-            p.ratio, p.lo, p.hi, p.slower, p.pairs
-        );
+        paired_row(s, sc, p, points.as_ref());
     }
 }
 
@@ -130,26 +143,18 @@ fn daemon_by_app_markdown(r: &Results, s: &mut String) {
         "| app | time over `{PAIRED_BASE}` | 90% interval | slower in | points behind (interval) |"
     );
     let _ = writeln!(s, "|---|---:|---:|---:|---:|");
-    for (name, p) in rows {
-        let app = r.apps.iter().find(|a| a.name == name);
+    for (app, p) in rows {
         let norm = |sc: &str| {
-            app.and_then(|a| a.summary.get(sc))
+            app.summary
+                .get(sc)
                 .filter(|x| x.n > 0)
                 .map(|x| x.normalized)
         };
-        let points = match (norm(PAIRED_BASE), norm("warm")) {
-            (Some(b), Some(w)) if w < 0.95 => {
-                Some(move |ratio: f64| (ratio - 1.0) * b / (1.0 - w) * 100.0)
-            }
-            _ => None,
-        };
-        let behind = points.map_or("–".into(), |f| {
-            format!("{:+.1} ({:+.1} to {:+.1})", f(p.ratio), f(p.lo), f(p.hi))
-        });
-        let _ = writeln!(
+        paired_row(
             s,
-            "| {name} | {:.3} | {:.3}-{:.3} | {} of {} | {behind} |",
-            p.ratio, p.lo, p.hi, p.slower, p.pairs
+            &app.name,
+            &p,
+            gap_points(norm(PAIRED_BASE), norm("warm"), 0.95),
         );
     }
 }

@@ -1466,17 +1466,16 @@ pub fn paired_against(
 /// interval: whether one app is behind (issue #26 asks of the daemon that no app be more
 /// than 10 points behind `run`), which five medians of each cannot tell (per-app medians
 /// moved by tens of points between suite runs; docs/measurements.md, 2026-11-29).
-pub fn paired_by_app(
-    results: &[AppResult],
+pub fn paired_by_app<'a>(
+    results: &'a [AppResult],
     scenario: &str,
     base: &str,
-) -> Vec<(String, PairedRatio)> {
+) -> Vec<(&'a AppResult, PairedRatio)> {
     results
         .iter()
         .filter_map(|a| {
             let pairs = round_pairs(&a.samples, scenario, base);
-            paired_ratio(&[pairs], PAIRED_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED)
-                .map(|p| (a.name.clone(), p))
+            paired_ratio(&[pairs], PAIRED_LEVEL, PAIRED_RESAMPLES, PAIRED_SEED).map(|p| (a, p))
         })
         .collect()
 }
@@ -1940,10 +1939,11 @@ mod tests {
             ready: false,
             ..m("daemon", 1, 90.0)
         });
-        let rows = paired_by_app(&[a, b], "daemon", PAIRED_BASE);
+        let apps = [a, b];
+        let rows = paired_by_app(&apps, "daemon", PAIRED_BASE);
         assert_eq!(rows.len(), 1);
-        let (name, p) = &rows[0];
-        assert_eq!(name, "a");
+        let (app, p) = &rows[0];
+        assert_eq!(app.name, "a");
         assert!(
             (p.ratio - 1.1).abs() < 1e-9 && (p.lo - 1.1).abs() < 1e-9,
             "{p:?}"
