@@ -1,7 +1,10 @@
 //! What an "app" is: its resolved executable plus the arguments that select the program it
 //! runs. For interpreters (python, perl, ruby, node, shells, java) that is the script, module,
-//! inline code or jar; other programs are keyed by their executable alone, so the same
-//! application launched on different documents shares one plan.
+//! inline code or jar; other programs by their executable. Then the names of the options it
+//! is given, its mode: a batch conversion and the editor's window are two apps, since they
+//! read different files (`gimp -i -b` needed 82% of the plan learned from both of GIMP's
+//! modes, docs/measurements.md, 2026-11-29, tenth entry). The documents and the options'
+//! values are not part of it: the same application on different documents shares one plan.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -15,6 +18,8 @@ pub struct AppKey {
     pub exe: PathBuf,
     /// The program-selecting arguments (empty for plain executables).
     pub selector: Vec<String>,
+    /// The names of the options given to the program (after the selector), sorted: its mode.
+    pub mode: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,30 +108,64 @@ pub fn lossless(s: &std::ffi::OsStr) -> String {
     out
 }
 
-fn selector(i: Interp, args: &[String]) -> Vec<String> {
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
+/// The program-selecting arguments of `args` and where the program's own arguments start.
+fn selector(i: Interp, args: &[String]) -> (Vec<String>, usize) {
+    let mut k = 0;
+    while k < args.len() {
+        let a = &args[k];
         if program_option(i, a) {
-            let v = it.next().cloned().unwrap_or_default();
+            let v = args.get(k + 1).cloned().unwrap_or_default();
             let v = if a == "-jar" { canonical_arg(&v) } else { v };
-            return vec![a.clone(), v];
+            return (vec![a.clone(), v], k + 2);
         }
         if takes_value(i, a) {
-            it.next();
+            k += 2;
             continue;
         }
         if a == "--" {
-            return it
-                .next()
-                .map(|s| vec![canonical_arg(s)])
-                .unwrap_or_default();
+            return match args.get(k + 1) {
+                Some(s) => (vec![canonical_arg(s)], k + 2),
+                None => (Vec::new(), args.len()),
+            };
         }
         if a.starts_with('-') && a.len() > 1 {
+            k += 1;
             continue;
         }
-        return vec![canonical_arg(a)];
+        return (vec![canonical_arg(a)], k + 1);
     }
-    Vec::new()
+    (Vec::new(), args.len())
+}
+
+/// The mode of a program given `args`: the names of its options (`--export-type=png` is
+/// `--export-type`), sorted, each once, up to a `--`. Values and documents are left out, and
+/// so is a value that looks like an option only when it is glued to its name; a lone `-`
+/// (standard input) is a document.
+fn mode_of(args: &[String]) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for a in args {
+        if a == "--" {
+            break;
+        }
+        if a.starts_with('-') && a.len() > 1 {
+            names.insert(a.split('=').next().unwrap_or(a).to_string());
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// `key` without the mode `for_command` appends (` [--a -b]`).
+pub fn without_mode(key: &str) -> &str {
+    match key.strip_suffix(']').and_then(|k| k.rsplit_once(" [")) {
+        Some((base, names))
+            if names
+                .split(' ')
+                .all(|n| n.starts_with('-') || n.starts_with("'-")) =>
+        {
+            base
+        }
+        _ => key,
+    }
 }
 
 fn quote(s: &str) -> String {
@@ -161,19 +200,29 @@ impl AppKey {
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
-        let sel = interpreter(&canon)
-            .or_else(|| interpreter(&invoked))
-            .map(|i| selector(i, &args))
-            .unwrap_or_default();
+        // An interpreter without a program (`python3 -q`) has no mode: its options are the
+        // interpreter's own, as are those before the program (`python3 -u a.py`).
+        let (sel, mode) = match interpreter(&canon).or_else(|| interpreter(&invoked)) {
+            Some(i) => match selector(i, &args) {
+                (sel, _) if sel.is_empty() => (sel, Vec::new()),
+                (sel, rest) => (sel, mode_of(args.get(rest..).unwrap_or_default())),
+            },
+            None => (Vec::new(), mode_of(&args)),
+        };
         let mut key = lossless(exe.as_os_str());
         for s in &sel {
             key.push(' ');
             key.push_str(&quote(s));
         }
+        if !mode.is_empty() {
+            let names: Vec<String> = mode.iter().map(|m| quote(m)).collect();
+            key.push_str(&format!(" [{}]", names.join(" ")));
+        }
         AppKey {
             key,
             exe,
             selector: sel,
+            mode,
         }
     }
 
@@ -188,14 +237,26 @@ impl AppKey {
     /// None for any other key (a program, `python -c ...`, `java -jar ...`, a chosen name).
     pub fn script_of(key: &str, exe: &str) -> Option<PathBuf> {
         let rest = key.strip_prefix(exe)?.strip_prefix(' ')?;
+        let rest = without_mode(rest);
         if !rest.starts_with('/') {
             return None;
         }
-        let exe = Path::new(exe);
         // Only the key an exec of this script would get: quoting, options and other forms
         // of the selector never match.
-        let again = AppKey::for_command(exe, &[exe.as_os_str().to_owned(), rest.into()]);
-        (again.key == key).then(|| PathBuf::from(rest))
+        let path = Path::new(exe);
+        let again = AppKey::for_command(path, &[path.as_os_str().to_owned(), rest.into()]);
+        (again.key == format!("{exe} {rest}")).then(|| PathBuf::from(rest))
+    }
+
+    /// The file whose open for exec starts a launch of the app `key` of `exe`, before its
+    /// arguments can be read: the executable of a program, the script of an interpreter's
+    /// app run by its `#!` line; None for any other interpreter's app.
+    pub fn opened_for_exec(key: &str, exe: &str) -> Option<PathBuf> {
+        let name = Path::new(exe).file_name()?.to_string_lossy();
+        if !AppKey::is_interpreter(&name) {
+            return Some(PathBuf::from(exe));
+        }
+        AppKey::script_of(key, exe)
     }
 
     /// A user-chosen name instead of the derived key.
@@ -204,6 +265,7 @@ impl AppKey {
             key: name.to_string(),
             exe: exe.to_path_buf(),
             selector: Vec::new(),
+            mode: Vec::new(),
         }
     }
 }
@@ -295,18 +357,93 @@ mod tests {
     }
 
     #[test]
-    fn plain_programs_are_keyed_by_executable() {
+    fn plain_programs_are_keyed_by_executable_and_mode() {
+        assert_eq!(
+            key("/nonexistent/soffice", &["a.txt"]),
+            "/nonexistent/soffice",
+            "a document is not a mode"
+        );
         assert_eq!(
             key(
                 "/nonexistent/soffice",
-                &["--headless", "--convert-to", "pdf", "a.txt"]
+                &[
+                    "--headless",
+                    "--convert-to",
+                    "pdf",
+                    "--outdir",
+                    "/x",
+                    "a.txt"
+                ]
             ),
-            "/nonexistent/soffice"
+            "/nonexistent/soffice [--convert-to --headless --outdir]"
+        );
+        // Values, documents and the options' order do not make another app.
+        assert_eq!(
+            key("/nonexistent/gimp", &["-i", "-b", "(gimp-quit 0)"]),
+            key("/nonexistent/gimp", &["-b", "-", "-i"]),
+        );
+        assert_eq!(
+            key(
+                "/nonexistent/inkscape",
+                &[
+                    "--export-type=png",
+                    "--export-filename=/w/a.png",
+                    "/w/a.svg"
+                ]
+            ),
+            "/nonexistent/inkscape [--export-filename --export-type]"
+        );
+        assert_ne!(
+            key("/nonexistent/gimp", &["-i", "-b", "x"]),
+            key("/nonexistent/gimp", &["--no-splash"]),
+        );
+        assert_eq!(
+            key("/nonexistent/tool", &["--", "-x"]),
+            "/nonexistent/tool",
+            "after `--`, only documents"
         );
         assert_eq!(
             key("/nonexistent/pythonic-tool", &["x"]),
             "/nonexistent/pythonic-tool"
         );
+    }
+
+    /// A script's options are its mode; the interpreter's own options are not.
+    #[test]
+    fn a_programs_options_after_an_interpreter_are_its_mode() {
+        assert_eq!(
+            key(
+                "/nonexistent/python3",
+                &["-u", "/nonexistent/a.py", "-v", "x"]
+            ),
+            "/nonexistent/python3 /nonexistent/a.py [-v]"
+        );
+        assert_eq!(
+            key("/nonexistent/dash", &["/nonexistent/soffice", "--writer"]),
+            "/nonexistent/dash /nonexistent/soffice [--writer]"
+        );
+        let k = key(
+            "/nonexistent/dash",
+            &["/nonexistent/soffice", "--writer", "'a b'"],
+        );
+        assert_eq!(
+            AppKey::script_of(&k, "/nonexistent/dash"),
+            Some(PathBuf::from("/nonexistent/soffice"))
+        );
+        let odd = key("/nonexistent/dash", &["/nonexistent/s", "--x y"]);
+        assert_eq!(odd, "/nonexistent/dash /nonexistent/s ['--x y']");
+        assert_eq!(
+            AppKey::opened_for_exec(&k, "/nonexistent/dash"),
+            Some(PathBuf::from("/nonexistent/soffice"))
+        );
+        let gimp = key("/nonexistent/gimp", &["-i"]);
+        assert_eq!(
+            AppKey::opened_for_exec(&gimp, "/nonexistent/gimp"),
+            Some(PathBuf::from("/nonexistent/gimp"))
+        );
+        let py = key("/nonexistent/python3", &["-c", "import json", "-v"]);
+        assert_eq!(py, "/nonexistent/python3 -c 'import json' [-v]");
+        assert_eq!(AppKey::opened_for_exec(&py, "/nonexistent/python3"), None);
     }
 
     #[test]

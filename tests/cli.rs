@@ -328,6 +328,40 @@ fn cached_pages(p: &Path) -> u64 {
 // ---------------------------------------------------------------------------------------
 // The core loop.
 
+/// A command's options make its mode, another app (`AppKey`); `run` of a mode not learned yet
+/// is prefetched with the plan of the program learned without options, as before modes.
+#[test]
+fn run_of_a_new_mode_uses_the_programs_plan_until_it_has_its_own() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(8, 64);
+    let exe = std::fs::canonicalize(SYNTH).unwrap();
+    let bare = vec![
+        SYNTH.to_string(),
+        "launch".into(),
+        app.to_str().unwrap().into(),
+    ];
+    let o = run(sb.ws().args(["record", "--json", "--"]).args(&bare));
+    assert!(o.status.success(), "{}", text(&o));
+    let with_mode = synth_launch(&app);
+    let ran = |argv: &[String]| {
+        drop_caches();
+        let o = run(sb.ws().args(["run", "--stats", "--json", "--"]).args(argv));
+        assert!(o.status.success(), "{}", text(&o));
+        stderr_json(&o)
+    };
+    assert_eq!(ran(&with_mode)["plan"], true, "the program's plan lent");
+    let o = run(sb.ws().args(["record", "--json", "--"]).args(&with_mode));
+    assert!(o.status.success(), "{}", text(&o));
+    let store = Store::open(&sb.db()).unwrap();
+    let keys: Vec<String> = store.apps().unwrap().into_iter().map(|a| a.key).collect();
+    let key = exe.to_str().unwrap().to_string();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.contains(&key), "{keys:?}");
+    assert!(keys.contains(&format!("{key} [--cpu-us]")), "{keys:?}");
+    assert_eq!(ran(&with_mode)["plan"], true);
+}
+
 #[test]
 fn record_then_run_prefetches_the_workload() {
     let Some(_g) = privileged() else { return };
@@ -2689,7 +2723,7 @@ fn the_daemon_launches_plainly_when_plain_launches_win() {
     // The daemon's timed launches so far: every strategy slow, plain launches fast.
     let (id, before) = {
         let mut store = Store::open(&sb.db()).unwrap();
-        let id = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap().id;
+        let id = only_app(&store, &exe).id;
         let timed = |name: &str, ms: f64| warmstart::store::LaunchRecord {
             mode: "daemon".into(),
             wall_ms: ms,
@@ -2793,7 +2827,7 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     // strategies by.
     {
         let store = Store::open(&sb.db()).unwrap();
-        let row = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap();
+        let row = only_app(&store, &exe);
         let timed: Vec<_> = store
             .launches(row.id, 10)
             .unwrap()
@@ -2839,7 +2873,7 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     // `share/part0004.bin`, fifth in the manifest, edited for 340 launches unseen).
     let edited = {
         let store = Store::open(&sb.db()).unwrap();
-        let row = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap();
+        let row = only_app(&store, &exe);
         let plan = store.plan(&row).unwrap().unwrap();
         let canon = std::fs::canonicalize(&app).unwrap();
         plan.entries
@@ -2985,7 +3019,7 @@ fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
     // be over before a busy daemon's prefetch starts, which CI saw; that launches are
     // prefetched is `daemon_learns_prefetches_checks_and_survives_faults`'s part.)
     let store = Store::open(&sb.db()).unwrap();
-    let row = store.app_by_key(exe.to_str().unwrap()).unwrap().unwrap();
+    let row = only_app(&store, &exe);
     let mut plans = 0;
     for strategy in ["fast", "trace", "sorted", "paralfetch", "hybrid"] {
         let Some(plan) = store.plan_for(&row, strategy).unwrap() else {
@@ -3013,6 +3047,98 @@ fn the_daemon_widens_the_plan_of_an_app_launched_two_ways() {
         }
     }
     assert!(plans > 0, "no plan stored: {}", d.status(&sb));
+}
+
+/// A program launched in two modes (its options' names) is two apps, each learned and
+/// planned apart: GIMP's batch launches read 82% of the plan learned from both its modes
+/// (docs/measurements.md, 2026-11-29, tenth entry). The second mode's first launch, started
+/// from the executable's exec open as the one app it knew, tells the daemon of a new mode and
+/// is neither counted nor checked as the first's (a check would widen the first's plan).
+#[test]
+fn the_daemon_learns_a_programs_two_modes_apart() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let one = sb.workload_in("one", 16, 128);
+    let two = sb.workload_in("two", 24, 128);
+    let exe = sb.synth();
+    let key = exe.to_str().unwrap().to_string();
+    let with_mode = format!("{key} [--cpu-us]");
+    // Mode `[--cpu-us]` on `one`; the bare program on `two` (2 ms of CPU per file).
+    let launch = |dir: &Path, options: &[&str]| {
+        drop_caches();
+        let o = run(Command::new(&exe).arg("launch").arg(dir).args(options));
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    // Every prefetched launch is checked.
+    let config = daemon_config(&sb, &[exe.as_path()], 1, 64);
+    let d = Daemon::start(&sb, &config);
+    let field = |k: &str, f: &str| {
+        d.status(&sb)["apps"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["app"] == k).cloned())
+            .map(|a| a[f].clone())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    d.wait_phase(&sb, "prefetching", || launch(&one, &["--cpu-us", "5000"]));
+    assert_eq!(
+        field(&with_mode, "phase"),
+        "prefetching",
+        "{}",
+        d.status(&sb)
+    );
+    // One more, counted once the daemon has judged its check: nothing of its own is pending.
+    let launches = |k: &str| field(k, "launches").as_u64().unwrap_or(0);
+    let before = launches(&with_mode);
+    launch(&one, &["--cpu-us", "5000"]);
+    let t0 = Instant::now();
+    while launches(&with_mode) == before {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{}", d.status(&sb));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let before = launches(&with_mode);
+    let t0 = Instant::now();
+    while field(&key, "phase") != "prefetching" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the bare program never learned: {}\n{}",
+            d.status(&sb),
+            std::fs::read_to_string(&d.log).unwrap_or_default()
+        );
+        launch(&two, &[]);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        launches(&with_mode),
+        before,
+        "the other mode's launches counted as this one's: {}",
+        d.status(&sb)
+    );
+    let log = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert!(
+        log.contains(&format!("{key}: a new mode of {key}")),
+        "{log}"
+    );
+    assert!(
+        log.contains("a launch of another mode, not counted"),
+        "{log}"
+    );
+    // Each mode's plans hold its own files and none of the other's.
+    let store = Store::open(&sb.db()).unwrap();
+    for (k, own, other) in [(&with_mode, &one, &two), (&key, &two, &one)] {
+        let row = store.app_by_key(k).unwrap().unwrap();
+        let plan = store.plan(&row).unwrap().unwrap();
+        let under = |dir: &Path| {
+            plan.entries
+                .iter()
+                .filter(|e| match **e {
+                    Entry::Data { file, .. } => plan.files[file as usize].path.starts_with(dir),
+                    _ => false,
+                })
+                .count()
+        };
+        assert!(under(own) > 0, "{k}: none of its own files planned");
+        assert_eq!(under(other), 0, "{k}: the other mode's files planned");
+    }
 }
 
 /// ClusterFetch in the daemon: a running application loads (opens a trigger file, then reads
@@ -3166,6 +3292,18 @@ fn daemon_config_errors_name_the_line() {
 }
 
 /// The daemon's app entry whose key starts with `exe`.
+/// The one app of `exe` in `store` (its key holds the mode its options give it).
+fn only_app(store: &Store, exe: &Path) -> warmstart::store::AppRow {
+    let mut of_exe: Vec<_> = store
+        .apps()
+        .unwrap()
+        .into_iter()
+        .filter(|a| Path::new(&a.exe) == std::fs::canonicalize(exe).unwrap())
+        .collect();
+    assert_eq!(of_exe.len(), 1, "apps of {}: {of_exe:?}", exe.display());
+    of_exe.remove(0)
+}
+
 fn daemon_app(status: &serde_json::Value, exe: &Path) -> serde_json::Value {
     status["apps"]
         .as_array()

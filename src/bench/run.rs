@@ -568,10 +568,10 @@ impl Drop for BenchDaemon {
 /// Let the benchmark's daemon learn every app from plain launches (a first one it only
 /// remembers, N_rawseq to learn from, one that finds the new plan). Its prefetched launches
 /// here are checked, each of them: a few launches stand for the days a user's daemon has
-/// run (checking every `n_chk`-th launch, 5 by default), so an app launched two ways in the
-/// suite (GIMP's batch and window, LibreOffice's conversion and editor: one app each, keyed
-/// by their executable) has its plan widened to both ways as a user's would. During the
-/// rounds checks are off so that measurements are never traced.
+/// run (checking every `n_chk`-th launch, 5 by default). A program launched two ways in the
+/// suite (GIMP's batch and window, LibreOffice's conversion and editor) is two apps, one per
+/// mode (`AppKey`), learned apart as a user's would be. During the rounds checks are off so
+/// that measurements are never traced.
 fn prepare_daemon(ctx: &Ctx<'_>, apps: &[&AppSpec]) -> Result<(), BenchError> {
     let dir = ctx.opts.state_dir.join("daemon");
     std::fs::create_dir_all(&dir)

@@ -149,7 +149,15 @@ fn load_plan(
     traced: bool,
     named: bool,
 ) -> anyhow::Result<Option<Decision>> {
-    let Some(app) = store.app_by_key(key)? else {
+    // A command learned without its mode (before apps had one, or the program alone) lends
+    // its plan to a mode not learned yet, as it did before modes split them.
+    let app = match store.app_by_key(key)? {
+        None if !named && crate::app::without_mode(key) != key => {
+            store.app_by_key(crate::app::without_mode(key))?
+        }
+        found => found,
+    };
+    let Some(app) = app else {
         if named {
             // A name the user gave that the store does not know is likely a typo; a command
             // line not learned yet is not worth a word on every launch.

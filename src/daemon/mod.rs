@@ -104,9 +104,10 @@ struct Cached {
     /// How its next launch goes: a strategy's plan replayed, or (`None`) a plain launch,
     /// `auto`'s choice when no strategy beats one in the daemon's launches.
     strategy: auto::Choice,
-    /// For an interpreter's app keyed by its script: the script, whose open for exec (its
-    /// `#!` line names the interpreter) starts the launch before the interpreter's exec.
-    script: Option<PathBuf>,
+    /// The file whose open for exec starts its launch before the exec event
+    /// (`AppKey::opened_for_exec`): its executable, or the script an interpreter runs by its
+    /// `#!` line.
+    opened: Option<PathBuf>,
 }
 
 struct Shared {
@@ -135,7 +136,15 @@ struct Shared {
     lc_lock: Mutex<()>,
     /// Pids whose launch was picked up from their exec open (fanotify), so the exec event
     /// that follows is not handled twice; it brings the exec's kernel time, for the latency.
-    early: Mutex<HashMap<i32, (Instant, Option<u64>)>>,
+    early: Mutex<HashMap<i32, Early>>,
+    /// Files opened for exec by more than one app (a program's modes, `AppKey`): a launch
+    /// of one waits for its exec event, which brings the arguments that tell them apart.
+    /// It only grows while the daemon runs, bounded by the apps' files.
+    modes: Mutex<HashSet<PathBuf>>,
+    /// Launches picked up at their exec open as one app that their exec event showed to be
+    /// another (a new mode): served, but neither counted, timed nor checked as that app's
+    /// (a check of GIMP's window launched so widened the batch mode's plan by 15 MiB).
+    foreign: Mutex<HashSet<i32>>,
     /// Keys of the apps in the store.
     known: Mutex<HashSet<String>>,
     /// Commands launched once, not yet apps: when (`learn_window`), at most `SEEN_CAP`.
@@ -143,6 +152,18 @@ struct Shared {
     /// Processes (and their ancestors) that opened a burst's trigger the burst service could
     /// prefetch, and when: a launch among them is not timed as a plain one (`timed_plain`).
     burst_openers: Mutex<HashMap<i32, Instant>>,
+}
+
+/// A launch picked up at its exec open, before its exec event.
+struct Early {
+    at: Instant,
+    /// The exec event's kernel time, once it came.
+    exec_ts: Option<u64>,
+    /// The app it is prefetched as, and that app's executable.
+    key: String,
+    exe: PathBuf,
+    /// The file whose open started it.
+    opened: PathBuf,
 }
 
 /// First launches remembered at once; the oldest go first. A storm of distinct one-off
@@ -237,10 +258,14 @@ fn refresh_cache(sh: &Shared) {
         *k = rows.iter().map(|r| r.app.clone()).collect();
     }
     let mut m = HashMap::new();
+    let mut opened: HashMap<PathBuf, usize> = HashMap::new();
     for r in rows {
         let Ok(Some(app)) = s.app_by_key(&r.app) else {
             continue;
         };
+        if let Some(f) = AppKey::opened_for_exec(&app.key, &app.exe) {
+            *opened.entry(f).or_default() += 1;
+        }
         let mut lc = lifecycle(&s, app.id);
         // A relearning app keeps its old plan meanwhile.
         if !app.enabled || !matches!(lc.phase, Phase::Prefetching | Phase::Learning) {
@@ -252,7 +277,7 @@ fn refresh_cache(sh: &Shared) {
                 m.insert(
                     app.key.clone(),
                     Cached {
-                        script: AppKey::script_of(&app.key, &app.exe),
+                        opened: AppKey::opened_for_exec(&app.key, &app.exe),
                         app,
                         plan,
                         strategy,
@@ -279,6 +304,9 @@ fn refresh_cache(sh: &Shared) {
             }
             Err(e) => tracing::warn!("{}: cannot read its plan: {e}", app.key),
         }
+    }
+    if let Ok(mut modes) = sh.modes.lock() {
+        modes.extend(opened.into_iter().filter(|(_, n)| *n > 1).map(|(f, _)| f));
     }
     if let Ok(mut p) = sh.plans.lock() {
         *p = m;
@@ -330,7 +358,7 @@ fn launch_owned(sh: &Arc<Shared>) -> crate::cluster::service::LaunchOwned {
         let owned = in_active(&sh, &lineage)
             || sh.plans.lock().is_ok_and(|p| {
                 p.values()
-                    .any(|c| Path::new(&c.app.exe) == path || c.script.as_deref() == Some(path))
+                    .any(|c| Path::new(&c.app.exe) == path || c.opened.as_deref() == Some(path))
             });
         if !owned {
             note_burst_openers(&sh.burst_openers, &lineage);
@@ -416,11 +444,41 @@ fn trace_config(cfg: &Config) -> TraceConfig {
 /// An exec happened: decide, quickly, what to do, and do the rest on another thread.
 fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
     crate::trace::tracefs::note_launch();
-    if let Ok(mut e) = sh.early.lock() {
-        if let Some(entry) = e.get_mut(&pid) {
-            entry.1 = Some(exec_ts);
-            return; // already being prefetched since its exec open
+    let early = sh.early.lock().ok().and_then(|mut e| {
+        e.get_mut(&pid).map(|entry| {
+            entry.exec_ts = Some(exec_ts);
+            (entry.key.clone(), entry.exe.clone(), entry.opened.clone())
+        })
+    });
+    if let Some((served, app_exe, opened)) = early {
+        // Already being prefetched since its exec open, as the one app that file started
+        // so far: if its arguments make it another (a mode not seen before), the next
+        // launch from that file waits for its exec event, and this one counts as the new
+        // app's first.
+        // An exec on the way to it (`env` in a `#!` line) tells nothing yet.
+        let own = read_argv(pid)
+            .filter(|(exe, _)| std::fs::canonicalize(exe).is_ok_and(|e| e == app_exe));
+        if let Some((exe, argv)) = own {
+            let key = AppKey::for_command(&exe, &argv).key;
+            if key != served {
+                tracing::debug!("{key}: a new mode of {}", opened.display());
+                if let Ok(mut m) = sh.modes.lock() {
+                    m.insert(opened);
+                }
+                if let Ok(mut f) = sh.foreign.lock() {
+                    // Taken back when its serving ends; bounded should one never end.
+                    if f.len() >= SEEN_CAP {
+                        f.clear();
+                    }
+                    f.insert(pid);
+                }
+                let window = sh.cfg.read().map(|c| c.learn_window()).ok();
+                if let (Ok(mut seen), Some(w)) = (sh.seen.lock(), window) {
+                    second_launch(&mut seen, &key, w);
+                }
+            }
         }
+        return;
     }
     if pid as u32 == std::process::id() || part_of_active(sh, pid) || under_warmstart_command(pid) {
         return;
@@ -541,18 +599,22 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
     if AppKey::is_interpreter(&name) || pid as u32 == std::process::id() {
         return;
     }
-    let key = AppKey::for_command(&exe, &[exe.clone().into_os_string()]);
-    // An app keyed by its executable; else a script run by its `#!` line, opened for exec
-    // before its interpreter is (R, soffice, chromium and npm start so): the exec event of
-    // the interpreter comes after its exec has read the interpreter and its loader, and an
-    // `env` in the `#!` line adds a whole exec more.
+    // The one app this file starts: a program's, or a script's run by its `#!` line, opened
+    // for exec before its interpreter is (R, soffice, chromium and npm start so): the exec
+    // event of the interpreter comes after its exec has read the interpreter and its loader,
+    // and an `env` in the `#!` line adds a whole exec more. A file that starts several
+    // (modes) waits for the exec event, whose arguments tell which.
+    if sh.modes.lock().is_ok_and(|m| m.contains(&exe)) {
+        return;
+    }
     let cached = sh.plans.lock().ok().and_then(|p| {
-        p.get(&key.key)
-            .or_else(|| {
-                p.values()
-                    .find(|c| c.script.as_deref() == Some(exe.as_path()))
-            })
-            .map(|c| (c.app.clone(), c.plan.clone(), c.strategy))
+        let mut of_file = p
+            .values()
+            .filter(|c| c.opened.as_deref() == Some(exe.as_path()));
+        match (of_file.next(), of_file.next()) {
+            (Some(c), None) => Some((c.app.clone(), c.plan.clone(), c.strategy)),
+            _ => None,
+        }
     });
     let Some((app, plan, strategy)) = cached else {
         return;
@@ -561,11 +623,14 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
         Ok(c) => c.clone(),
         Err(_) => return,
     };
-    let by_script = app.key != key.key;
+    let by_script = Path::new(&app.exe) != exe;
     let key = if by_script {
-        AppKey::for_command(Path::new(&app.exe), &[app.exe.clone().into(), exe.into()])
+        AppKey::for_command(
+            Path::new(&app.exe),
+            &[app.exe.clone().into(), exe.clone().into()],
+        )
     } else {
-        key
+        AppKey::for_command(&exe, &[exe.clone().into_os_string()])
     };
     if !cfg.manages(&key.exe, &key.selector)
         || part_of_active(sh, pid)
@@ -574,8 +639,17 @@ fn on_exec_open(sh: &Arc<Shared>, pid: i32, exe: PathBuf) {
         return;
     }
     if let Ok(mut e) = sh.early.lock() {
-        e.retain(|_, (t, _)| t.elapsed() < Duration::from_secs(10));
-        e.insert(pid, (Instant::now(), None));
+        e.retain(|_, x| x.at.elapsed() < Duration::from_secs(10));
+        e.insert(
+            pid,
+            Early {
+                at: Instant::now(),
+                exec_ts: None,
+                key: app.key.clone(),
+                exe: PathBuf::from(&app.exe),
+                opened: exe,
+            },
+        );
     }
     if by_script {
         tracing::debug!("{}: prefetched from its script's exec open", app.key);
@@ -619,7 +693,7 @@ fn exec_event_ts(sh: &Shared, pid: i32, or: u64) -> u64 {
     sh.early
         .lock()
         .ok()
-        .and_then(|e| e.get(&pid).and_then(|(_, ts)| *ts))
+        .and_then(|e| e.get(&pid).and_then(|x| x.exec_ts))
         .unwrap_or(or)
 }
 
@@ -653,6 +727,9 @@ fn plain_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, app: AppRow, plan: &Pl
         sh.stop.load(Ordering::SeqCst)
     });
     let wall_ms = launch_ms(exec_event_ts(sh, pid, exec_ts), ended);
+    if another_apps(sh, pid, &app) {
+        return;
+    }
     tracing::debug!("{}: plain launch, {wall_ms:.1} ms", app.key);
     let Ok(mut s) = store(sh) else { return };
     let _lc = lc_guard(sh);
@@ -675,6 +752,16 @@ fn plain_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, app: AppRow, plan: &Pl
     if lc.phase == Phase::Prefetching {
         follow_auto(sh, &s, &app, None);
     }
+}
+
+/// Whether launch `pid`, served as `app` from its exec open, turned out to be another app
+/// (`Shared::foreign`); forgets it either way, its serving being over.
+fn another_apps(sh: &Shared, pid: i32, app: &AppRow) -> bool {
+    let foreign = sh.foreign.lock().is_ok_and(|mut f| f.remove(&pid));
+    if foreign {
+        tracing::debug!("{}: a launch of another mode, not counted", app.key);
+    }
+    foreign
 }
 
 /// A prefetching launch; every N_chk-th is traced as well, to check the plan.
@@ -774,6 +861,9 @@ fn prefetch_launch(
     }
     // Its children are launches of their own from here on (as once its plan was issued).
     drop(active);
+    if another_apps(sh, pid, &app) {
+        return;
+    }
     // Timed as `run` times its launches, from the exec to the exit if that comes within
     // TIMED_LAUNCH, so that `auto` can compare strategies by the daemon's own launches; a
     // checked launch is slowed by its trace and is not timed.
@@ -1400,7 +1490,18 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         let app = match s.app_by_key(&key.key).ok()? {
             Some(a) => a,
             None => {
-                s.upsert_app(&key).ok()?;
+                let id = s.upsert_app(&key).ok()?;
+                // A new mode of a program the user disabled (`app disable EXE` before it
+                // was launched) is disabled too.
+                let base = crate::app::without_mode(&key.key);
+                if base != key.key
+                    && s.app_by_key(base)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|b| !b.enabled)
+                {
+                    s.set_app_enabled(id, false).ok()?;
+                }
                 if let Ok(mut k) = sh.known.lock() {
                     k.insert(key.key.clone());
                 }
@@ -1792,6 +1893,8 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         latencies: Mutex::new(Vec::new()),
         lc_lock: Mutex::new(()),
         early: Mutex::new(HashMap::new()),
+        modes: Mutex::new(HashSet::new()),
+        foreign: Mutex::new(HashSet::new()),
         known: Mutex::new(HashSet::new()),
         seen: Mutex::new(HashMap::new()),
         burst_openers: Mutex::new(HashMap::new()),
