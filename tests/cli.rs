@@ -1133,11 +1133,20 @@ fn ctrl_c_before_the_app_starts_leaves_the_setting_as_found() {
         return;
     };
     let started = sb.path().join("started");
-    let mut front = slow
-        .ws(&sb, &["run", "--app", "synth", "--", "touch"])
-        .arg(&started)
-        .spawn()
-        .unwrap();
+    let mut front = slow.ws(&sb, &["run", "--app", "synth", "--", "touch"]);
+    front.arg(&started);
+    // Ctrl-C's own disposition, whatever this test inherited: a test run started in the
+    // background of a non-interactive shell ignores SIGINT, and the launch with it (which
+    // then ran the application: exit 0 under such a CI run, 2026-11-29).
+    // SAFETY: only signal(2), async-signal-safe, runs between the fork and the exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut front, || {
+            nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigDfl)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut front = front.spawn().unwrap();
     let t0 = Instant::now();
     while !knobs_held() {
         assert!(
