@@ -18,8 +18,6 @@ pub struct AppKey {
     pub exe: PathBuf,
     /// The program-selecting arguments (empty for plain executables).
     pub selector: Vec<String>,
-    /// The names of the options given to the program (after the selector), sorted: its mode.
-    pub mode: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,7 +220,6 @@ impl AppKey {
             key,
             exe,
             selector: sel,
-            mode,
         }
     }
 
@@ -265,7 +262,6 @@ impl AppKey {
             key: name.to_string(),
             exe: exe.to_path_buf(),
             selector: Vec::new(),
-            mode: Vec::new(),
         }
     }
 }

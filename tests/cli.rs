@@ -2968,8 +2968,8 @@ fn daemon_learns_prefetches_checks_and_survives_faults() {
     assert_eq!(here, ["daemon.pid"]);
 }
 
-/// An app launched a second way (the same executable reading other files: GIMP with its
-/// window after headless batches) is not sent back to learning: the checks that find its
+/// An app launched a second way (the same program and options on another document, reading
+/// other files) is not sent back to learning: the checks that find its
 /// plan short add their launches to the plan's runs, and once two launches showed the new
 /// way it is planned, the first way too (issue #26, item 2).
 #[test]

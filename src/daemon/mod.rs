@@ -454,8 +454,7 @@ fn on_exec(sh: &Arc<Shared>, pid: i32, exec_ts: u64) {
         // Already being prefetched since its exec open, as the one app that file started
         // so far: if its arguments make it another (a mode not seen before), the next
         // launch from that file waits for its exec event, and this one counts as the new
-        // app's first.
-        // An exec on the way to it (`env` in a `#!` line) tells nothing yet.
+        // app's first. An exec on the way to it (`env` in a `#!` line) tells nothing yet.
         let own = read_argv(pid)
             .filter(|(exe, _)| std::fs::canonicalize(exe).is_ok_and(|e| e == app_exe));
         if let Some((exe, argv)) = own {
