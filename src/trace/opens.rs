@@ -229,6 +229,13 @@ fn ignore_locked(fan: &Fanotify) {
 /// How often a monitor that runs for good renews its ignore marks.
 const IGNORE_RENEW_NS: u64 = 2_000_000_000;
 
+/// How long a monitor that runs for good (the I/O miner's) lets openings queue after the
+/// first before reading them. Woken at every opening, it cost a launch it did not trace 6.5%
+/// of its time; reading its queue every 50 ms, 2.3% (python-imports through `run`,
+/// `bench/lab/miner-watch-cost.py 12` with `bench/lab/fanotify-watch.c`, docs/measurements.md
+/// 2026-12-07). The miner waits `cluster::live::LAG` for the slower stream, longer than this.
+pub const BATCH: std::time::Duration = std::time::Duration::from_millis(50);
+
 fn run(
     fan: Fanotify,
     stop: Arc<AtomicBool>,
@@ -255,50 +262,64 @@ fn run(
                 Err(e) => return Err(TraceError::Fanotify(format!("poll: {e}"))),
             }
         }
-        let events = match fan.read_events() {
-            Ok(ev) => ev,
-            Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(TraceError::Fanotify(format!("read: {e}"))),
-        };
+        // The queue was read to its end before this poll, so the poll returned at the first
+        // opening since: its time, within the wakeup's latency. Openings that queue during
+        // the batch carry it too, early by up to `BATCH`: never after the reads they cause.
         let t = monotonic_ns();
-        let mut out = shared.lock().unwrap_or_else(|p| p.into_inner());
-        for ev in events {
-            if ev.mask().contains(MaskFlags::FAN_Q_OVERFLOW) {
-                out.overflowed = true;
-                continue;
-            }
-            let Some(fd) = ev.fd() else {
-                continue;
+        if every && !stopping {
+            std::thread::sleep(BATCH);
+        }
+        loop {
+            let events = match fan.read_events() {
+                Ok(ev) if ev.is_empty() => break,
+                Ok(ev) => ev,
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(TraceError::Fanotify(format!("read: {e}"))),
             };
-            let Ok(st) = fstat(fd) else { continue };
-            let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-            let is_dir = fmt == SFlag::S_IFDIR;
-            if !(is_dir || fmt == SFlag::S_IFREG) {
-                continue;
+            let mut out = shared.lock().unwrap_or_else(|p| p.into_inner());
+            for ev in events {
+                if ev.mask().contains(MaskFlags::FAN_Q_OVERFLOW) {
+                    out.overflowed = true;
+                    continue;
+                }
+                let Some(fd) = ev.fd() else {
+                    continue;
+                };
+                let Some((dev, ino, is_dir, path)) = describe(fd) else {
+                    continue;
+                };
+                if every || seen.insert((dev, ino, path.clone())) {
+                    out.records.push(OpenRecord {
+                        t,
+                        pid: ev.pid(),
+                        dev,
+                        ino,
+                        is_dir,
+                        path,
+                    });
+                }
+                // The event's fd is closed when `ev` drops.
             }
-            let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
-            let Ok(path) = std::fs::read_link(&link) else {
-                continue;
-            };
-            if path.to_string_lossy().ends_with(" (deleted)") {
-                continue;
-            }
-            let dev = Dev::from_user(st.st_dev);
-            let ino = st.st_ino;
-            if every || seen.insert((dev, ino, path.clone())) {
-                out.records.push(OpenRecord {
-                    t,
-                    pid: ev.pid(),
-                    dev,
-                    ino,
-                    is_dir,
-                    path,
-                });
-            }
-            // The event's fd is closed when `ev` drops.
         }
     }
     Ok(())
+}
+
+/// An event's file: device, inode, whether a directory, path; None for what is neither a
+/// regular file nor a directory, or is deleted.
+fn describe(fd: std::os::fd::BorrowedFd<'_>) -> Option<(Dev, u64, bool, PathBuf)> {
+    let st = fstat(fd).ok()?;
+    let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    let is_dir = fmt == SFlag::S_IFDIR;
+    if !(is_dir || fmt == SFlag::S_IFREG) {
+        return None;
+    }
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    if path.to_string_lossy().ends_with(" (deleted)") {
+        return None;
+    }
+    Some((Dev::from_user(st.st_dev), st.st_ino, is_dir, path))
 }
 
 #[cfg(test)]
@@ -338,6 +359,39 @@ mod tests {
         let r = hit.unwrap_or_else(|| panic!("open of {} not reported", canon.display()));
         assert_eq!(r.pid as u32, std::process::id());
         assert!(!r.is_dir);
+    }
+
+    /// The miner's monitor reads its queue in batches: every opening of a run longer than
+    /// one read's worth of events is reported, in the order made, with times that never go
+    /// back.
+    #[test]
+    fn every_mode_reports_a_run_of_openings_in_order() {
+        if !crate::sys::is_root() {
+            return crate::testutil::skip("fanotify filesystem marks need root");
+        }
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let files: Vec<PathBuf> = (0..400)
+            .map(|i| {
+                let p = dir.path().join(format!("opened-{i}"));
+                std::fs::write(&p, b"x").unwrap();
+                std::fs::canonicalize(&p).unwrap()
+            })
+            .collect();
+        let mut mon = OpenMonitor::prepare_every().unwrap();
+        mon.begin().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for p in &files {
+            let _ = std::fs::read(p).unwrap();
+        }
+        let (recs, overflow) = mon.finish().unwrap();
+        assert!(!overflow);
+        let mine: Vec<&OpenRecord> = recs
+            .iter()
+            .filter(|r| r.pid as u32 == std::process::id() && r.path.starts_with(dir.path()))
+            .collect();
+        let paths: Vec<&PathBuf> = mine.iter().map(|r| &r.path).collect();
+        assert_eq!(paths, files.iter().collect::<Vec<_>>());
+        assert!(mine.windows(2).all(|w| w[0].t <= w[1].t));
     }
 
     /// The process's own database is never handed to it by an event: closing that
