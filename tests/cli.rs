@@ -3517,7 +3517,8 @@ fn daemon_stopped_mid_launch_leaves_nothing() {
     }
 }
 
-/// Under systemd (Type=notify): READY=1 once it runs, RELOADING=1 then READY=1 around a
+/// Under systemd (Type=notify): READY=1 once it runs (its burst service set up),
+/// RELOADING=1 then READY=1 around a
 /// SIGHUP, STOPPING=1 on SIGTERM; with stderr the journal's stream (`JOURNAL_STREAM`), each
 /// log line starts with its syslog priority, so `journalctl -p warning` can filter them.
 #[test]
@@ -3525,6 +3526,8 @@ fn daemon_notifies_systemd_and_logs_with_priorities() {
     let Some(_g) = privileged() else { return };
     let sb = Sandbox::new();
     let config = daemon_config(&sb, &[Path::new(SYNTH)], 1, 16);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("bursts = false", "bursts = true")).unwrap();
     let sock_path = sb.path().join("notify.sock");
     let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(60)))
@@ -3532,7 +3535,7 @@ fn daemon_notifies_systemd_and_logs_with_priorities() {
     let log = sb.path().join("journal.log");
     let logf = std::fs::File::create(&log).unwrap();
     let st = nix::sys::stat::fstat(&logf).unwrap();
-    let mut child = sb
+    let child = sb
         .ws()
         .args(["daemon", "--config", config.to_str().unwrap(), "--run-dir"])
         .arg(sb.path().join("run"))
@@ -3543,20 +3546,29 @@ fn daemon_notifies_systemd_and_logs_with_priorities() {
         .stderr(logf)
         .spawn()
         .unwrap();
+    // Stopped when the test fails too: a daemon left running keeps its tracefs instances.
+    let mut d = Daemon {
+        child,
+        run_dir: sb.path().join("run"),
+        log: log.clone(),
+    };
     let recv = || {
         let mut b = [0u8; 512];
         let n = sock.recv(&mut b).expect("no notification within 60 s");
         String::from_utf8_lossy(&b[..n]).into_owned()
     };
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let pid = nix::unistd::Pid::from_raw(d.child.id() as i32);
     assert_eq!(recv(), "READY=1\n");
+    // Ready means set up, the burst service too: the bench launches right after it.
+    let early = std::fs::read_to_string(&log).unwrap();
+    assert!(early.contains("bursts: mining"), "{early}");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
     let m = recv();
     assert!(m.starts_with("RELOADING=1\nMONOTONIC_USEC="), "{m}");
     assert_eq!(recv(), "READY=1\n");
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     assert_eq!(recv(), "STOPPING=1\n");
-    assert!(child.wait().unwrap().success());
+    assert!(d.child.wait().unwrap().success());
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(!lines.is_empty());

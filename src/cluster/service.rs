@@ -93,20 +93,24 @@ fn fires_for(opener: Option<&str>, comm: Option<&str>, exec: bool) -> bool {
 /// launch's plan holds it already.
 pub type LaunchOwned = Arc<dyn Fn(i32, &std::path::Path) -> bool + Send + Sync>;
 
-/// Start the burst service; it runs until `stop` is set.
+/// Start the burst service; it runs until `stop` is set. The receiver hears once it mines
+/// and its triggers are marked (or is closed when it could not start): its setup reads the
+/// database and every burst's plan, work a launch should not find beside its own.
 pub fn spawn(
     db: PathBuf,
     settings: Settings,
     launch_owned: LaunchOwned,
     stop: Arc<AtomicBool>,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
+) -> std::io::Result<(JoinHandle<()>, mpsc::Receiver<()>)> {
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let handle = std::thread::Builder::new()
         .name("warmstart-bursts".into())
         .spawn(move || {
-            if let Err(e) = serve(&db, &settings, &*launch_owned, &stop) {
+            if let Err(e) = serve(&db, &settings, &*launch_owned, &stop, ready_tx) {
                 tracing::error!("bursts off: {e}");
             }
-        })
+        })?;
+    Ok((handle, ready_rx))
 }
 
 fn serve(
@@ -114,7 +118,9 @@ fn serve(
     st: &Settings,
     launch_owned: &(dyn Fn(i32, &std::path::Path) -> bool + Send + Sync),
     stop: &Arc<AtomicBool>,
+    ready: mpsc::Sender<()>,
 ) -> Result<(), String> {
+    let set_up = Instant::now();
     let tfs = Tracefs::open().map_err(|e| e.to_string())?;
     let mut live = LiveMiner::start(&tfs, st.miner.clone()).map_err(|e| e.to_string())?;
     let fan = Fanotify::init(
@@ -156,11 +162,13 @@ fn serve(
         }
     }
     tracing::info!(
-        "bursts: mining (at least {} log entries at {:.0}/s), {} triggers marked",
+        "bursts: mining (at least {} log entries at {:.0}/s), {} triggers marked; set up in {:.0} ms",
         st.miner.length_threshold,
         st.miner.iops_threshold,
-        triggers.len()
+        triggers.len(),
+        set_up.elapsed().as_secs_f64() * 1e3
     );
+    let _ = ready.send(());
     // Threads of prefetches and checks (all gone before the daemon's instances are removed),
     // and of them those still prefetching.
     let running = Arc::new(AtomicUsize::new(0));
