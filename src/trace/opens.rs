@@ -370,11 +370,13 @@ mod tests {
             return crate::testutil::skip("fanotify filesystem marks need root");
         }
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        // Paths as the monitor names them (/var/tmp may be a link).
+        let root = std::fs::canonicalize(dir.path()).unwrap();
         let files: Vec<PathBuf> = (0..400)
             .map(|i| {
-                let p = dir.path().join(format!("opened-{i}"));
+                let p = root.join(format!("opened-{i}"));
                 std::fs::write(&p, b"x").unwrap();
-                std::fs::canonicalize(&p).unwrap()
+                p
             })
             .collect();
         let mut mon = OpenMonitor::prepare_every().unwrap();
@@ -387,7 +389,7 @@ mod tests {
         assert!(!overflow);
         let mine: Vec<&OpenRecord> = recs
             .iter()
-            .filter(|r| r.pid as u32 == std::process::id() && r.path.starts_with(dir.path()))
+            .filter(|r| r.pid as u32 == std::process::id() && r.path.starts_with(&root))
             .collect();
         let paths: Vec<&PathBuf> = mine.iter().map(|r| &r.path).collect();
         assert_eq!(paths, files.iter().collect::<Vec<_>>());
