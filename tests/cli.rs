@@ -3517,10 +3517,10 @@ fn daemon_stopped_mid_launch_leaves_nothing() {
     }
 }
 
-/// Under systemd (Type=notify): READY=1 once it runs (its burst service set up),
-/// RELOADING=1 then READY=1 around a
-/// SIGHUP, STOPPING=1 on SIGTERM; with stderr the journal's stream (`JOURNAL_STREAM`), each
-/// log line starts with its syslog priority, so `journalctl -p warning` can filter them.
+/// Under systemd (Type=notify): READY=1 once it runs (its burst service set up), RELOADING=1
+/// then READY=1 around a SIGHUP, STOPPING=1 on SIGTERM; with stderr the journal's stream
+/// (`JOURNAL_STREAM`), each log line starts with its syslog priority, so
+/// `journalctl -p warning` can filter them.
 #[test]
 fn daemon_notifies_systemd_and_logs_with_priorities() {
     let Some(_g) = privileged() else { return };

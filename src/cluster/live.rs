@@ -30,8 +30,7 @@ const MAX_OPENERS: usize = 65536;
 pub const MIN_IDLE: Duration = Duration::from_millis(200);
 /// How long the slower of the two event streams may lag behind the other: the openings
 /// come in batches (`opens::BATCH`, stamped with their first's time), read within this.
-const LAG: Duration = Duration::from_millis(OPENS_BATCH_MS + 100);
-const OPENS_BATCH_MS: u64 = crate::trace::opens::BATCH.as_millis() as u64;
+const LAG: Duration = crate::trace::opens::BATCH.saturating_add(Duration::from_millis(100));
 
 /// The system's reads and openings, streamed into a `Miner`.
 pub struct LiveMiner {
