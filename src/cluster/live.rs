@@ -147,6 +147,9 @@ impl LiveMiner {
             }
         }
         let mut opened: Vec<Opened> = Vec::new();
+        // A launch opens hundreds of files from one process: its name read once per step
+        // (three syscalls each, ~1,400 times for python's imports).
+        let mut comms: HashMap<i32, Option<String>> = HashMap::new();
         for o in opens {
             if o.is_dir || self.is_own(o.pid) {
                 continue;
@@ -156,7 +159,11 @@ impl LiveMiner {
             }
             self.paths.insert((o.dev, o.ino), o.path.clone());
             // A process already gone cannot be told from another program: no trigger.
-            let Some(comm) = crate::sys::comm_of(o.pid) else {
+            let Some(comm) = comms
+                .entry(o.pid)
+                .or_insert_with(|| crate::sys::comm_of(o.pid))
+                .clone()
+            else {
                 continue;
             };
             if self.shared(o.dev, o.ino, &comm) {
