@@ -87,7 +87,7 @@ pub struct TracedLaunch {
     pub tracer_tids: Vec<i32>,
 }
 
-/// The threads of this process now.
+/// The threads of this process now (`/proc/self/task`).
 fn own_tids() -> Vec<i32> {
     std::fs::read_dir("/proc/self/task")
         .map(|d| {
@@ -381,20 +381,9 @@ impl Tracing {
         if let Some(b) = &self.blk {
             b.set_on(true)?;
         }
-        // A thread started between the listing and the write was forked by a task not yet
-        // followed: look again until nothing new turns up.
-        for _ in 0..FOLLOW_RESCANS {
-            let new: Vec<i32> = sys::tasks_of_tree(pid, FOLLOW_MAX_PROCESSES)
-                .into_iter()
-                .filter(|t| !followed.contains(t))
-                .collect();
-            if new.is_empty() {
-                break;
-            }
-            self.inst.append("set_event_pid", &pid_list(&new))?;
-            followed.extend(new);
-        }
-        Ok(())
+        list_until_settled(&self.inst, "set_event_pid", &mut followed, || {
+            sys::tasks_of_tree(pid, FOLLOW_MAX_PROCESSES)
+        })
     }
 
     /// Read what is available; returns the newest file-access timestamp seen.
@@ -707,7 +696,7 @@ impl Prepared {
 
 /// Most processes of a launch's tree whose threads are followed at the attach (`sys::tree_of`).
 const FOLLOW_MAX_PROCESSES: usize = 64;
-/// Most times the tree is listed again for threads started while the filter was written.
+/// Most times the tasks are listed again for threads started while a pid filter was written.
 const FOLLOW_RESCANS: usize = 4;
 
 /// Pids as `set_event_pid` takes them: separated by spaces.
@@ -979,38 +968,35 @@ fn exclude_own(inst: &Instance) {
     if !in_initial_ns {
         return;
     }
-    let mut listed: Vec<i32> = Vec::new();
-    let r = (|| {
-        inst.write("options/event-fork", "1")?;
-        // A thread started between a listing and its write was started by one not yet
-        // listed: look again until nothing new turns up.
-        for _ in 0..=FOLLOW_RESCANS {
-            let new: Vec<i32> = own_threads()
-                .into_iter()
-                .filter(|t| !listed.contains(t))
-                .collect();
-            if new.is_empty() {
-                break;
-            }
-            inst.append("set_event_notrace_pid", &pid_list(&new))?;
-            listed.extend(new);
-        }
-        Ok::<(), TraceError>(())
-    })();
+    let r = inst.write("options/event-fork", "1").and_then(|()| {
+        list_until_settled(inst, "set_event_notrace_pid", &mut Vec::new(), own_tids)
+    });
     if let Err(e) = r {
         tracing::debug!("the system trace keeps this process's own reads: {e}");
     }
 }
 
-/// This process's threads (`/proc/self/task`).
-fn own_threads() -> Vec<i32> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+/// Add to a pid filter of `inst` (`set_event_pid`, `set_event_notrace_pid`) every task
+/// `tasks` lists that `listed` lacks, and look again until nothing new turns up: a thread
+/// started between a listing and its write was started by one not yet listed.
+fn list_until_settled(
+    inst: &Instance,
+    filter: &str,
+    listed: &mut Vec<i32>,
+    tasks: impl Fn() -> Vec<i32>,
+) -> Result<(), TraceError> {
+    for _ in 0..=FOLLOW_RESCANS {
+        let new: Vec<i32> = tasks()
+            .into_iter()
+            .filter(|t| !listed.contains(t))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        inst.append(filter, &pid_list(&new))?;
+        listed.extend(new);
+    }
+    Ok(())
 }
 
 /// Accesses (faults, fault-around, read lookups) to a few files by any process, for as long
