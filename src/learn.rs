@@ -144,7 +144,7 @@ pub fn learn(
         runs.push(run);
     }
     let app_id = store.upsert_app(key)?;
-    let facts = device_facts(store, &opts.trace.run_dir)?;
+    let facts = device_facts(store)?;
     let build_start = std::time::Instant::now();
     let base = base_of(&key.key, &runs);
     let settings = store.app_settings(app_id)?;
@@ -482,12 +482,8 @@ pub fn missing_metadata(skeleton: &Plan, devs: &dyn DevicePaths) -> MissingMeta 
 }
 
 /// The facts of the device holding the state directory: measured once, then from the store.
-pub fn device_facts(store: &mut Store, run_dir: &Path) -> Result<DeviceFacts, LearnError> {
-    let state_dir = store
-        .path()
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| run_dir.to_path_buf());
+pub fn device_facts(store: &mut Store) -> Result<DeviceFacts, LearnError> {
+    let state_dir = crate::store::dir_of(store.path()).to_path_buf();
     let dev = {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(&state_dir)

@@ -247,13 +247,18 @@ fn make_private(path: &Path) {
 /// issue #30). One statvfs, a few µs, also on a launch's path.
 const MIN_FREE: u64 = 1 << 20;
 
+/// The directory holding a database file: `.` for a bare name (`--db x.db`), whose
+/// `parent()` is the empty path, which no system call takes.
+pub fn dir_of(db: &Path) -> &Path {
+    db.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// `Full` when the filesystem holding `path` (writable) has less than `MIN_FREE` left for
 /// this process.
 fn check_room(path: &Path) -> Result<(), StoreError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = dir_of(path);
     let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
         return Ok(()); // not there yet: created on open, or the open reports it
     };
@@ -1336,6 +1341,13 @@ mod tests {
 
     /// The database and its WAL files are private, a new one and one an older version left
     /// world-readable alike; a directory given with `--db` keeps its own mode.
+    #[test]
+    fn a_bare_database_name_lies_in_the_working_directory() {
+        assert_eq!(dir_of(Path::new("x.db")), Path::new("."));
+        assert_eq!(dir_of(Path::new("a/x.db")), Path::new("a"));
+        assert_eq!(dir_of(Path::new("/var/x.db")), Path::new("/var"));
+    }
+
     #[test]
     fn the_database_is_private() {
         use std::os::unix::fs::PermissionsExt;

@@ -362,6 +362,28 @@ fn run_of_a_new_mode_uses_the_programs_plan_until_it_has_its_own() {
     assert_eq!(ran(&with_mode)["plan"], true);
 }
 
+/// A database named bare (`--db x.db`, in the working directory) is learned into like any
+/// other: its directory is `.`, not the empty path (learning once failed measuring "the disk
+/// holding " with ENOENT).
+#[test]
+fn a_database_named_without_a_directory_learns() {
+    let Some(_g) = privileged() else { return };
+    let sb = Sandbox::new();
+    let app = sb.workload(8, 64);
+    let o = run(Command::new(WS)
+        .current_dir(sb.path())
+        .env_remove("WARMSTART_DB")
+        .env_remove("WARMSTART_LOG")
+        .args([
+            "--db", "bare.db", "record", "--runs", "1", "--app", "synth", "--",
+        ])
+        .args(synth_launch(&app)));
+    assert!(o.status.success(), "{}", text(&o));
+    let store = Store::open(&sb.path().join("bare.db")).unwrap();
+    let row = store.find_app("synth").unwrap();
+    assert!(store.plan(&row).unwrap().is_some(), "no plan learned");
+}
+
 #[test]
 fn record_then_run_prefetches_the_workload() {
     let Some(_g) = privileged() else { return };

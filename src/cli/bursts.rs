@@ -49,8 +49,7 @@ pub fn cmd(db: &Path, c: BurstsCommand) -> anyhow::Result<i32> {
                 ));
             }
             let mut store = Store::open(db)?;
-            let facts =
-                crate::learn::device_facts(&mut store, Path::new(crate::trace::knobs::RUN_DIR))?;
+            let facts = crate::learn::device_facts(&mut store)?;
             let mut cfg = MinerConfig::for_device(facts.iops_qd1);
             cfg.queue_size = queue_size as usize;
             cfg.length_threshold = length_threshold as usize;

@@ -28,7 +28,7 @@ const WIDE: f64 = 0.3;
 
 pub fn cmd(db: &Path, a: DemoArgs) -> anyhow::Result<i32> {
     require_root("demo")?;
-    let state_dir = db.parent().unwrap_or(Path::new("."));
+    let state_dir = crate::store::dir_of(db);
     let command: Vec<OsString> = if a.command.is_empty() {
         default_demo_command(state_dir)
             .with_context(|| format!("writing the demo workload under {}", state_dir.display()))?

@@ -76,7 +76,7 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
             })?;
             let facts = if db.exists() {
                 let mut store = open_existing(db)?;
-                crate::learn::device_facts(&mut store, Path::new(crate::trace::knobs::RUN_DIR))?
+                crate::learn::device_facts(&mut store)?
             } else {
                 crate::device::measure(&std::env::temp_dir())
                     .context("cannot measure the device for the emulation")?
@@ -99,8 +99,7 @@ pub fn cmd(db: &Path, a: EmulateArgs) -> anyhow::Result<i32> {
                     plans.push(p);
                 }
             }
-            let facts =
-                crate::learn::device_facts(&mut store, Path::new(crate::trace::knobs::RUN_DIR))?;
+            let facts = crate::learn::device_facts(&mut store)?;
             (
                 Export {
                     app: row.key,

@@ -112,7 +112,6 @@ struct Cached {
 
 struct Shared {
     db: PathBuf,
-    run_dir: PathBuf,
     cfg: RwLock<Config>,
     plans: Mutex<HashMap<String, Cached>>,
     /// Apps with a learning or checking trace under way (one at a time per app).
@@ -892,7 +891,7 @@ fn prefetch_launch(
         if let Some(run) = run {
             match s.add_run(app.id, &run) {
                 Ok(n) if n >= cfg.n_rawseq as usize => {
-                    if build_plans(sh, &mut s, &app, &mut lc, cfg, None)
+                    if build_plans(&mut s, &app, &mut lc, cfg, None)
                         .bytes()
                         .is_some()
                     {
@@ -1068,7 +1067,7 @@ fn widen(
         }
     };
     let before = in_use.summary().bytes;
-    let built = match build_plans(sh, s, app, lc, cfg, Some((in_use, ran))) {
+    let built = match build_plans(s, app, lc, cfg, Some((in_use, ran))) {
         Built::Changed(changed) => {
             let reason = format!("{changed} planned files changed since learning");
             tracing::info!("{}: check: back to learning: {reason}", app.key);
@@ -1597,7 +1596,7 @@ fn learn_launch(sh: &Arc<Shared>, pid: i32, exec_ts: u64, key: AppKey, cfg: &Con
         return;
     }
     // Prefetcher generation, off the launch path (the app has launched).
-    if build_plans(sh, &mut s, &app, &mut lc, cfg, None)
+    if build_plans(&mut s, &app, &mut lc, cfg, None)
         .bytes()
         .is_some()
     {
@@ -1687,7 +1686,6 @@ fn changed_since(in_use: &Plan, built: &Plan, own: &Own) -> usize {
 /// to prefetching (or too small). With `in_use`, the plan the runs were judged against: a
 /// file of it changed since stops the build.
 fn build_plans(
-    sh: &Shared,
     s: &mut Store,
     app: &AppRow,
     lc: &mut Lifecycle,
@@ -1714,7 +1712,7 @@ fn build_plans(
             return Built::Changed(changed);
         }
     }
-    let facts = crate::learn::device_facts(s, &sh.run_dir).ok();
+    let facts = crate::learn::device_facts(s).ok();
     let settings = s.app_settings(app.id).unwrap_or_default();
     let Some(f) = facts.as_ref() else {
         return Built::Failed;
@@ -1759,7 +1757,7 @@ fn rank_plans(sh: &Shared, s: &mut Store, app: &AppRow) {
             plans.push(p);
         }
     }
-    let Ok(facts) = crate::learn::device_facts(s, &sh.run_dir) else {
+    let Ok(facts) = crate::learn::device_facts(s) else {
         return;
     };
     if let Some(r) = crate::learn::rank_plans(&app.key, &runs, &plans, &facts) {
@@ -1878,12 +1876,10 @@ pub fn run(opts: &DaemonOptions) -> Result<(), DaemonError> {
         knobs::recover_journal(knob_dir);
     }
     let mut s = Store::open(&opts.db)?;
-    let facts = crate::learn::device_facts(&mut s, &opts.run_dir)
-        .map_err(|e| DaemonError::Io(e.to_string()))?;
+    let facts = crate::learn::device_facts(&mut s).map_err(|e| DaemonError::Io(e.to_string()))?;
     drop(s);
     let sh = Arc::new(Shared {
         db: opts.db.clone(),
-        run_dir: opts.run_dir.clone(),
         cfg: RwLock::new(cfg),
         plans: Mutex::new(HashMap::new()),
         tracing: Mutex::new(HashSet::new()),
