@@ -1339,8 +1339,6 @@ mod tests {
         AppKey::named(k, Path::new("/usr/bin/x"))
     }
 
-    /// The database and its WAL files are private, a new one and one an older version left
-    /// world-readable alike; a directory given with `--db` keeps its own mode.
     #[test]
     fn a_bare_database_name_lies_in_the_working_directory() {
         assert_eq!(dir_of(Path::new("x.db")), Path::new("."));
@@ -1348,6 +1346,8 @@ mod tests {
         assert_eq!(dir_of(Path::new("/var/x.db")), Path::new("/var"));
     }
 
+    /// The database and its WAL files are private, a new one and one an older version left
+    /// world-readable alike; a directory given with `--db` keeps its own mode.
     #[test]
     fn the_database_is_private() {
         use std::os::unix::fs::PermissionsExt;
