@@ -16,7 +16,7 @@ runs the warmstart binary at PATH (its warmstart-cli beside it). Example
 """
 import os, shutil, statistics, subprocess, sys, tempfile, time
 
-from own_daemon import STATE, WS, batch_apps, command, drop_caches
+from own_daemon import STATE, batch_apps, command, drop_caches, variant
 
 if len(sys.argv) < 4:
     sys.exit(__doc__)
@@ -49,20 +49,10 @@ def threads_ns(pid):
 res = {v: [] for v, _ in variants}
 for _ in range(rounds):
     for var, spec in variants:
-        items = spec.split(";")
-        ws = items.pop(0)[1:] if items and items[0].startswith("@") else WS
         d = tempfile.mkdtemp(prefix="daemon-cpu-")
         try:
             shutil.copy(os.path.join(STATE, "daemon", "daemon.db"), d)
-            open(f"{d}/config.toml", "w").write(base + "\n".join(i for i in items if i) + "\n")
-            p = subprocess.Popen([ws, "--db", f"{d}/daemon.db", "-q", "daemon", "--config",
-                                  f"{d}/config.toml", "--run-dir", f"{d}/run"],
-                                 stderr=open(f"{d}/log", "a"))
-            while not os.path.exists(f"{d}/run/daemon.pid"):
-                if p.poll() is not None:
-                    sys.exit(f"the daemon did not start: {open(f'{d}/log').read()}")
-                time.sleep(0.02)
-            time.sleep(1.0)
+            p = variant(d, base, spec, 1.0)
             drop_caches()
             time.sleep(0.3)
             c0, t0, w0 = process_ms(p.pid), threads_ns(p.pid), time.monotonic()

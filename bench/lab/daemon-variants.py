@@ -18,7 +18,7 @@ bursts: the first example.)
 """
 import os, shutil, statistics, subprocess, sys, tempfile, time
 
-from own_daemon import STATE, WS, batch_apps, command, drop_caches
+from own_daemon import STATE, WS, batch_apps, command, drop_caches, variant
 
 SRC = os.path.join(STATE, "daemon")
 args = sys.argv[1:]
@@ -32,24 +32,6 @@ if set(variants) & {"cold", "warm", "run"}:
 base = open(os.path.join(SRC, "config.toml")).read()
 
 
-def daemon(d, spec):
-    """A daemon on the state in `d` with the variant `spec`, once its pid file is there."""
-    items = spec.split(";")
-    ws = items.pop(0)[1:] if items[0].startswith("@") else WS
-    open(f"{d}/config.toml", "w").write(base + "\n".join(items) + "\n")
-    p = subprocess.Popen([ws, "--db", f"{d}/daemon.db", "-q", "daemon", "--config",
-                          f"{d}/config.toml", "--run-dir", f"{d}/run"],
-                         stderr=open(f"{d}/log", "a"), process_group=0)
-    t0 = time.monotonic()
-    while not os.path.exists(f"{d}/run/daemon.pid"):
-        if p.poll() is not None or time.monotonic() - t0 > 30:
-            p.kill()
-            sys.exit(f"the daemon did not start: {open(f'{d}/log').read()}")
-        time.sleep(0.02)
-    time.sleep(0.4)
-    return p
-
-
 for app in batch_apps(names):
     work, argv, env, _ = command(app)
     d = tempfile.mkdtemp(prefix="daemon-variants-")
@@ -61,7 +43,7 @@ for app in batch_apps(names):
     try:
         for r in range(rounds):
             for k in sc if r % 2 == 0 else sc[::-1]:
-                p = daemon(d, variants[k]) if k in variants else None
+                p = variant(d, base, variants[k], 0.4) if k in variants else None
                 if k != "warm":
                     drop_caches()
                 time.sleep(0.3)

@@ -1,5 +1,5 @@
 """Shared by the lab scripts that run a warmstart daemon of their own (daemon-plans.py,
-daemon-cold-loop.py, miner-overhead.py): the suite's batch apps as the bench runs them, and a
+daemon-cold-loop.py, miner-overhead.py, daemon-variants.py, daemon-cpu.py): the suite's batch apps as the bench runs them, and a
 daemon with its own database, configuration and run directory."""
 import os, shutil, subprocess, tempfile, time, tomllib
 
@@ -57,3 +57,25 @@ def start(exe, prefix):
                            'min_launch_kb = 0\nt_idle_secs = 2.0\n'
                            + os.environ.get("EXTRA_CONFIG", "").replace(";", "\n") + "\n", 1)
     return tmp, db, run_dir, d
+
+
+def variant(d, base, spec, settle):
+    """A daemon on the state copied into directory `d` (its daemon.db) with the bench
+    daemon's configuration `base` and a variant `spec`: configuration lines separated by ';',
+    a first item `@PATH` running the warmstart binary at PATH (its warmstart-cli beside it);
+    in a process group of its own (a Ctrl-C of the script does not reach it), once its pid
+    file is there and `settle` seconds more."""
+    items = spec.split(";")
+    ws = items.pop(0)[1:] if items and items[0].startswith("@") else WS
+    open(f"{d}/config.toml", "w").write(base + "\n".join(i for i in items if i) + "\n")
+    p = subprocess.Popen([ws, "--db", f"{d}/daemon.db", "-q", "daemon", "--config",
+                          f"{d}/config.toml", "--run-dir", f"{d}/run"],
+                         stderr=open(f"{d}/log", "a"), process_group=0)
+    t0 = time.monotonic()
+    while not os.path.exists(f"{d}/run/daemon.pid"):
+        if p.poll() is not None or time.monotonic() - t0 > 30:
+            p.kill()
+            raise SystemExit(f"the daemon did not start: {open(f'{d}/log').read()}")
+        time.sleep(0.02)
+    time.sleep(settle)
+    return p

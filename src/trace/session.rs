@@ -1072,6 +1072,19 @@ mod tests {
 
     use crate::sys::Dev;
 
+    /// Tracefs, or None with the skip said: these tests trace, which needs root.
+    fn tracefs_as_root() -> Option<Tracefs> {
+        if !nix::unistd::geteuid().is_root() {
+            crate::testutil::skip("tracing needs root");
+            return None;
+        }
+        let t = Tracefs::open().ok();
+        if t.is_none() {
+            crate::testutil::skip("tracefs is not available");
+        }
+        t
+    }
+
     #[test]
     fn pid_lists_are_separated_by_spaces() {
         assert_eq!(pid_list(&[7, 42, 9]), "7 42 9");
@@ -1083,11 +1096,8 @@ mod tests {
     /// the daemon's prefetches are its own.
     #[test]
     fn a_system_trace_leaves_out_this_processs_own_reads() {
-        if !nix::unistd::geteuid().is_root() {
-            return crate::testutil::skip("tracing needs root");
-        }
-        let Ok(tfs) = Tracefs::open() else {
-            return crate::testutil::skip("tracefs is not available");
+        let Some(tfs) = tracefs_as_root() else {
+            return;
         };
         let dir = tempfile::tempdir().unwrap();
         let file = |name: &str| {
@@ -1138,11 +1148,8 @@ mod tests {
     /// filter the subshell and its `cat` went untraced.
     #[test]
     fn an_attached_trace_follows_what_the_process_started_before() {
-        if !nix::unistd::geteuid().is_root() {
-            return crate::testutil::skip("tracing needs root");
-        }
-        let Ok(tfs) = Tracefs::open() else {
-            return crate::testutil::skip("tracefs is not available");
+        let Some(tfs) = tracefs_as_root() else {
+            return;
         };
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("read-later");
